@@ -1,0 +1,54 @@
+"""What this machine can do, measured in the same run as the demo.
+
+Every bandwidth or FLOP rate a demo reports is also shown as a fraction of these ceilings, so a
+reader sees "62% of what this device's memory can move", not a bare GB/s.
+
+- copy_bandwidth: one large device-to-device copy, counting bytes read plus bytes written.
+- matmul_fp32 / matmul_bf16: one large square matrix product on random data, 2*n^3 FLOPs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from demos.harness.timing import Settings, measure
+
+# (copy elements, matmul n) per size preset and device kind
+_SIZES = {
+    "cpu": {"tiny": (2**20, 256), "small": (2**24, 1024), "full": (2**26, 2048)},
+    "cuda": {"tiny": (2**22, 1024), "small": (2**26, 4096), "full": (2**28, 8192)},
+}
+
+
+def copy_bandwidth(device, n_elements: int, settings: Settings) -> dict:
+    src = torch.randn(n_elements, device=device.torch_device)
+    dst = torch.empty_like(src)
+    timing = measure(lambda: dst.copy_(src), device, settings)
+    moved = 2 * src.numel() * src.element_size()
+    return {
+        "value": moved / timing.median_s / 1e9,
+        "unit": "GB/s",
+        "how": f"dst.copy_(src) on {src.numel() * src.element_size() / 2**20:.0f} MiB, bytes read + written",
+    }
+
+
+def matmul_throughput(device, n: int, dtype: torch.dtype, settings: Settings) -> dict:
+    a = torch.randn(n, n, device=device.torch_device, dtype=dtype)
+    b = torch.randn(n, n, device=device.torch_device, dtype=dtype)
+    timing = measure(lambda: a @ b, device, settings)
+    return {
+        "value": 2 * n**3 / timing.median_s / 1e12,
+        "unit": "TFLOP/s",
+        "dtype": str(dtype).removeprefix("torch."),
+        "how": f"{n}x{n} @ {n}x{n} on random data, 2*n^3 FLOPs"
+        + (", TF32 off" if dtype == torch.float32 and device.is_gpu else ""),
+    }
+
+
+def measure_ceilings(device, size: str, settings: Settings) -> dict:
+    copy_n, matmul_n = _SIZES[device.kind][size]
+    return {
+        "copy_bandwidth": copy_bandwidth(device, copy_n, settings),
+        "matmul_fp32": matmul_throughput(device, matmul_n, torch.float32, settings),
+        "matmul_bf16": matmul_throughput(device, matmul_n, torch.bfloat16, settings),
+    }

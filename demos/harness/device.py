@@ -1,0 +1,148 @@
+"""Which device a demo runs on, what class of machine that is, and how to wait for it.
+
+A device knows three things the timing protocol needs: how to wait until queued work is done
+(``sync``), how to time one call (host clock on CPU, CUDA events on a GPU), and how to evict its
+cache between repeats (``flush``; the L2 cache on a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from demos.harness.cli import fail
+from demos.harness.provenance import cpu_model
+
+# Device classes are matched on the name the CUDA driver reports; first match wins. The datasheet
+# figures for each class live in scripts/datasheets.toml.
+GPU_CLASSES = [
+    ("h100-pcie", r"H100.*PCIe"),
+    ("h100-nvl", r"H100.*NVL"),
+    ("h100", r"H100"),
+    ("h200", r"H200"),
+    ("a100", r"A100"),
+    ("l4", r"\bL4\b"),
+]
+
+
+def gpu_class(name: str) -> str:
+    """Map a CUDA device name to a device class: 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    for cls, pattern in GPU_CLASSES:
+        if re.search(pattern, name):
+            return cls
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug or "cuda-unknown"
+
+
+@dataclass
+class Device:
+    """A resolved device: 'cpu' or 'cuda', its class for the record, and its timing primitives."""
+
+    kind: str  # "cpu" | "cuda"
+    name: str  # what the hardware calls itself
+    device_class: str  # "cpu", "h100", "h200", ...
+    l2_bytes: int = 0
+    _flush_buffer: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device(self.kind)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "cuda"
+
+    def sync(self) -> None:
+        """Block until every queued operation on this device has finished."""
+        if self.kind == "cuda":
+            torch.cuda.synchronize()
+
+    def flush(self) -> None:
+        """Evict the GPU's L2 cache by writing a buffer much larger than it.
+
+        On CPU this is a no-op: CPU numbers are cache-warm for sizes that fit in the caches, and the
+        page says so.
+        """
+        if self.kind != "cuda":
+            return
+        if self._flush_buffer is None:
+            # Four times L2 (at least 256 MiB, as triton.testing.do_bench uses) evicts it reliably.
+            nbytes = max(4 * self.l2_bytes, 256 * 2**20)
+            self._flush_buffer = torch.empty(nbytes, dtype=torch.int8, device="cuda")
+        self._flush_buffer.zero_()
+
+    def time_calls(self, fn: Callable[[], object], repeats: int, flush: bool) -> list[float]:
+        """Seconds taken by each of ``repeats`` calls of fn, device work included."""
+        if self.kind == "cuda":
+            return _time_with_cuda_events(self, fn, repeats, flush)
+        return time_with_host_clock(self, fn, repeats, flush)
+
+
+def time_with_host_clock(device, fn: Callable[[], object], repeats: int, flush: bool) -> list[float]:
+    """Host clock around each call, with a sync before the start and before the stop.
+
+    The sync before the stop is what makes this right for asynchronous devices: without it, the
+    clock would stop when the launch returns, not when the work is done.
+    """
+    times = []
+    for _ in range(repeats):
+        if flush:
+            device.flush()
+        device.sync()
+        start = time.perf_counter()
+        fn()
+        device.sync()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _time_with_cuda_events(device: Device, fn, repeats: int, flush: bool) -> list[float]:
+    """CUDA events recorded on the stream around each call; the flush runs outside the events."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    device.sync()
+    for start, end in zip(starts, ends):
+        if flush:
+            device.flush()
+        start.record()
+        fn()
+        end.record()
+    device.sync()
+    return [start.elapsed_time(end) / 1e3 for start, end in zip(starts, ends)]
+
+
+def resolve(asked: str) -> Device:
+    """Turn --device auto|cpu|cuda into a Device, or exit with one clear line."""
+    has_cuda = torch.cuda.is_available()
+    if asked == "cuda" and not has_cuda:
+        fail("--device cuda asked for, but no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False)")
+    if asked == "cuda" or (asked == "auto" and has_cuda):
+        props = torch.cuda.get_device_properties(0)
+        return Device(
+            kind="cuda",
+            name=props.name,
+            device_class=gpu_class(props.name),
+            l2_bytes=int(getattr(props, "L2_cache_size", 0)),
+        )
+    return Device(kind="cpu", name=cpu_model(), device_class="cpu")
+
+
+def use_triton_interpreter_on_cpu(device: Device) -> None:
+    """Without a GPU, Triton kernels run in Triton's interpreter (NumPy underneath).
+
+    Triton reads TRITON_INTERPRET when it is imported (its own library functions, tl.sum among
+    them, are decorated then) and when a kernel is decorated, so a demo calls start() before it
+    imports triton. Interpreted kernels are checked for correctness, never timed.
+    """
+    if device.kind != "cpu" or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    if "triton" in sys.modules:
+        raise RuntimeError("triton was imported before start(): import it after start() so that, without a GPU, "
+                           "its kernels run in the interpreter")
+    os.environ["TRITON_INTERPRET"] = "1"

@@ -1,0 +1,80 @@
+"""The source digest: a hash over the code that produced a record.
+
+It covers the demo file, every file of the harness, and every local module the demo imports,
+followed transitively (found by reading import statements, never by importing). A record whose
+digest differs from the current one is stale: the code changed since it was measured.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+from demos.harness.cli import REPO_ROOT
+
+
+def _module_file(module: str, root: Path) -> Path | None:
+    """The file of a module inside the repository, or None for anything else (torch, stdlib...)."""
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_inits(module: str, root: Path) -> list[Path]:
+    """Importing a.b.c runs a/__init__.py and a/b/__init__.py first."""
+    parts = module.split(".")
+    inits = []
+    for i in range(1, len(parts)):
+        init = root.joinpath(*parts[:i], "__init__.py")
+        if init.is_file():
+            inits.append(init)
+    return inits
+
+
+def _imported_modules(path: Path, root: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: resolve against this file's package
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            names.add(module)
+            # "from pkg import name" may import the submodule pkg.name
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def local_sources(demo_file: Path, root: Path = REPO_ROOT) -> list[Path]:
+    """The demo, the harness, and every local module reachable through imports, sorted."""
+    seen: set[Path] = set()
+    todo = [demo_file.resolve(), *sorted(p.resolve() for p in (root / "demos" / "harness").glob("*.py"))]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for module in _imported_modules(path, root):
+            found = _module_file(module, root)
+            if found is not None:
+                todo.append(found.resolve())
+                todo.extend(p.resolve() for p in _package_inits(module, root))
+    return sorted(seen)
+
+
+def source_digest(demo_file: Path, root: Path = REPO_ROOT) -> str:
+    h = hashlib.sha256()
+    for path in local_sources(demo_file, root):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return "sha256:" + h.hexdigest()

@@ -1,0 +1,88 @@
+"""Where a number came from: machine, versions, git state, time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+
+from demos.harness.cli import REPO_ROOT
+
+PACKAGES = ("torch", "triton", "jax", "jaxlib", "onnx", "onnxruntime", "numpy")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state() -> dict:
+    """Commit and dirty flag. Records themselves (docs/results) don't count as dirt: a regeneration
+    rewrites them while it runs."""
+    status = _git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def collect(device, torch_module) -> dict:
+    """Provenance of a run on ``device``; torch is passed in so this module stays import-light."""
+    info = {
+        "device_name": device.name,
+        "device_class": device.device_class,
+        "device_kind": device.kind,
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch_module.get_num_threads(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "cuda": torch_module.version.cuda,
+        "driver": nvidia_driver() if device.is_gpu else None,
+        "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **git_state(),
+    }
+    if device.is_gpu:
+        props = torch_module.cuda.get_device_properties(0)
+        info["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        info["sm_count"] = props.multi_processor_count
+        info["l2_mib"] = round(device.l2_bytes / 2**20, 1)
+    return info

@@ -1,0 +1,196 @@
+"""``start()``: what a demo calls first. It returns a Run that times, checks and records.
+
+    run = start("kernel_fusion", title="...", sizes={"tiny": ..., "small": ..., "full": ...})
+    run.check_close("bias_gelu.eager", got, reference, rtol=..., atol=...)   # raises on failure
+    t = run.time(lambda: f(x))                                              # the timing protocol
+    run.metric("bias_gelu.eager.gbps", value, "GB/s", ceiling="copy_bandwidth")
+    run.save()                                                              # atomic write
+
+Nothing is written until ``save()``, and a failed check raises before it, so a demo that breaks
+leaves the previous record untouched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from demos.harness import ceilings, device as devices, provenance, record
+from demos.harness.cli import REPO_ROOT, parse_options
+from demos.harness.digest import local_sources, source_digest
+from demos.harness.timing import Settings, Timing, measure
+
+DEFAULT_SIZE = {"cpu": "small", "cuda": "full"}
+
+
+def _fresh_compile_caches() -> None:
+    """Point Inductor's and Triton's caches at an empty folder for this run, removed at exit.
+
+    Compile times in a record are therefore always cold-cache times, whatever ran before.
+    """
+    root = REPO_ROOT / ".cache" / "compile"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="run-", dir=root)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+class Run:
+    def __init__(self, demo: str, title: str, sizes: dict, demo_file: Path | None, argv=None):
+        self.started = time.perf_counter()
+        self.demo, self.title, self.demo_file = demo, title, demo_file
+        self.options = parse_options(demo, argv)
+        self.device = devices.resolve(self.options.device)
+        devices.use_triton_interpreter_on_cpu(self.device)
+        self.size = self.options.size or DEFAULT_SIZE[self.device.kind]
+        self.sizes = sizes[self.size]
+        self.settings = Settings(flush_l2=self.device.is_gpu)
+        torch.manual_seed(self.options.seed)
+        _fresh_compile_caches()
+
+        self.metrics: dict[str, dict] = {}
+        self.tables: list[dict] = []
+        self.series_list: list[dict] = []
+        self.checks: list[dict] = []
+        self.not_run_list: list[dict] = []
+        self.artifacts: dict[str, str] = {}
+
+        self.log(f"{demo}: device {self.device.kind} ({self.device.name}, class {self.device.device_class}), "
+                 f"size {self.size}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+        self.log("measuring this machine's ceilings (copy bandwidth, fp32 and bf16 matmul) ...")
+        self.ceilings = ceilings.measure_ceilings(self.device, self.size, self.settings)
+        for name, c in self.ceilings.items():
+            self.log(f"  ceiling {name}: {c['value']:.3g} {c['unit']}  ({c['how']})")
+
+    # -- helpers a demo uses ------------------------------------------------------------------
+    @staticmethod
+    def log(message: str) -> None:
+        print(message, flush=True)
+
+    @property
+    def torch_device(self) -> torch.device:
+        return self.device.torch_device
+
+    def time(self, fn) -> Timing:
+        """Time fn() with the harness protocol (first call apart, warm-up, repeats, L2 flush on GPU)."""
+        return measure(fn, self.device, self.settings)
+
+    def first_call(self, fn):
+        """Call fn() once, synchronised: (its output, seconds). For a torch.compile'd function on a new
+        shape this is trace + compile + one run, which is why it is reported apart from steady state."""
+        self.device.sync()
+        t0 = time.perf_counter()
+        out = fn()
+        self.device.sync()
+        return out, time.perf_counter() - t0
+
+    def check(self, name: str, passed: bool, detail: str) -> None:
+        """Record a correctness check; raise if it failed (so nothing gets saved)."""
+        self.checks.append({"name": name, "passed": bool(passed), "detail": detail})
+        self.log(f"  check {'ok  ' if passed else 'FAIL'} {name}: {detail}")
+        if not passed:
+            raise AssertionError(f"correctness check failed: {name}: {detail}")
+
+    def check_close(self, name: str, got: torch.Tensor, reference: torch.Tensor, *, rtol: float, atol: float,
+                    reference_name: str = "float64 reference") -> None:
+        """|got - reference| <= atol + rtol * |reference| everywhere, computed in float64."""
+        got64, ref64 = got.detach().to("cpu", torch.float64), reference.detach().to("cpu", torch.float64)
+        if got64.shape != ref64.shape:
+            self.check(name, False, f"shape {tuple(got64.shape)} differs from the reference's {tuple(ref64.shape)}")
+        err = (got64 - ref64).abs()
+        allowed = atol + rtol * ref64.abs()
+        finite = bool(torch.isfinite(got64).all())
+        passed = finite and bool((err <= allowed).all())
+        worst = float(err.max()) if err.numel() else 0.0
+        self.check(name, passed, f"max |err| {worst:.2e} vs {reference_name} "
+                                 f"(allowed {atol:.0e} + {rtol:.0e}*|ref|){'' if finite else ', non-finite values'}")
+        self.checks[-1].update({"max_abs_err": worst, "rtol": rtol, "atol": atol})
+
+    def metric(self, name: str, value: float, unit: str, label: str | None = None,
+               ceiling: str | None = None) -> None:
+        """A named measured value. With ``ceiling``, its fraction of that same-run ceiling is stored too."""
+        entry = {"value": float(value), "unit": unit}
+        if label:
+            entry["label"] = label
+        if ceiling is not None:
+            c = self.ceilings[ceiling]
+            if c["unit"] != unit:
+                raise ValueError(f"metric {name} is in {unit} but ceiling {ceiling} is in {c['unit']}")
+            entry["ceiling"] = ceiling
+            entry["fraction_of_ceiling"] = float(value) / c["value"]
+        self.metrics[name] = entry
+
+    def table(self, name: str, title: str, columns: list[str], rows: list[list]) -> None:
+        self.tables.append({"name": name, "title": title, "columns": columns, "rows": rows})
+
+    def series(self, name: str, title: str, x_label: str, y_label: str, lines: dict[str, tuple[list, list]],
+               hlines: dict[str, float] | None = None, x_log: bool = False, y_log: bool = False) -> None:
+        """A plot's data: ``lines`` maps a label to (xs, ys); ``hlines`` maps a label to a level."""
+        self.series_list.append({
+            "name": name, "title": title, "x_label": x_label, "y_label": y_label, "x_log": x_log, "y_log": y_log,
+            "lines": [{"label": k, "x": list(map(float, xs)), "y": [None if y is None else float(y) for y in ys]}
+                      for k, (xs, ys) in lines.items()],
+            "hlines": [{"label": k, "y": float(v)} for k, v in (hlines or {}).items()],
+        })
+
+    def not_run(self, variant: str, reason: str) -> None:
+        """A variant that cannot run here is recorded with the reason, never silently dropped."""
+        self.not_run_list.append({"variant": variant, "reason": reason})
+        self.log(f"  not run here: {variant}: {reason}")
+
+    def artifact(self, name: str, text: str) -> None:
+        self.artifacts[name] = text
+
+    # -- the record -----------------------------------------------------------------------------
+    def to_record(self) -> dict:
+        return {
+            "schema": record.SCHEMA_VERSION,
+            "demo": self.demo,
+            "module": ".".join(self.demo_file.relative_to(REPO_ROOT).with_suffix("").parts),
+            "title": self.title,
+            "device_class": self.device.device_class,
+            "size": self.size,
+            "source_digest": source_digest(self.demo_file),
+            "source_files": [p.relative_to(REPO_ROOT).as_posix() for p in local_sources(self.demo_file)],
+            "metrics": self.metrics,
+            "tables": self.tables,
+            "series": self.series_list,
+            "checks": self.checks,
+            "not_run": self.not_run_list,
+            "artifacts": self.artifacts,
+            "ceilings": self.ceilings,
+            "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes)},
+            "provenance": provenance.collect(self.device, torch),
+            "wall_time_s": time.perf_counter() - self.started,
+        }
+
+    def save(self) -> Path | None:
+        """Write docs/results/<demo>/<device class>.json atomically (validated first)."""
+        if self.demo_file is None:
+            self.log("not run as a script (no demo file): results are shown above, no record written")
+            return None
+        path = record.record_path(self.options.results_dir, self.demo, self.device.device_class)
+        record.write_atomic(path, self.to_record())
+        self.log(f"wrote {path} in {time.perf_counter() - self.started:.1f} s")
+        return path
+
+
+def start(demo: str, title: str, sizes: dict, argv: list[str] | None = None) -> Run:
+    """Parse --device/--size, pick the device, measure ceilings, and return the Run."""
+    missing = {"tiny", "small", "full"} - set(sizes)
+    if missing:
+        raise ValueError(f"{demo}: sizes must define tiny, small and full (missing {sorted(missing)})")
+    caller = Path(inspect.stack()[1].filename)
+    demo_file = caller.resolve() if caller.suffix == ".py" and caller.is_file() else None
+    if demo_file is not None and REPO_ROOT not in demo_file.parents:
+        demo_file = None
+    return Run(demo, title, sizes, demo_file, argv)
+
