@@ -50,6 +50,7 @@ class Run:
         self.options = parse_options(demo, argv)
         self.device = devices.resolve(self.options.device)
         devices.use_triton_interpreter_on_cpu(self.device)
+        self.host_allocator = devices.keep_freed_host_memory() if self.device.kind == "cpu" else None
         self.size = self.options.size or DEFAULT_SIZE[self.device.kind]
         self.sizes = sizes[self.size]
         self.settings = Settings(flush_l2=self.device.is_gpu)
@@ -167,7 +168,8 @@ class Run:
             "not_run": self.not_run_list,
             "artifacts": self.artifacts,
             "ceilings": self.ceilings,
-            "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes)},
+            "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes),
+                         "host_allocator": self.host_allocator},
             "provenance": provenance.collect(self.device, torch),
             "wall_time_s": time.perf_counter() - self.started,
         }
@@ -179,7 +181,8 @@ class Run:
             return None
         path = record.record_path(self.options.results_dir, self.demo, self.device.device_class)
         record.write_atomic(path, self.to_record())
-        self.log(f"wrote {path} in {time.perf_counter() - self.started:.1f} s")
+        shown = path.resolve().relative_to(REPO_ROOT) if REPO_ROOT in path.resolve().parents else path
+        self.log(f"wrote {shown} in {time.perf_counter() - self.started:.1f} s")
         return path
 
 

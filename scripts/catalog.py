@@ -1,0 +1,69 @@
+"""What exists: the demos under demos/, their records under docs/results/, the datasheets.
+
+Imports nothing heavy (no torch), so the check command and the site build stay fast.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from demos.harness import record
+from demos.harness.cli import REPO_ROOT, RESULTS_DIR
+from demos.harness.digest import source_digest
+
+DEMOS_DIR = REPO_ROOT / "demos"
+DATASHEETS = Path(__file__).resolve().parent / "datasheets.toml"
+
+
+@dataclass(frozen=True)
+class Demo:
+    name: str  # the file's stem, unique across demos/: "kernel_fusion"
+    path: Path  # demos/t3_compiler/kernel_fusion.py
+    module: str  # demos.t3_compiler.kernel_fusion
+
+    def digest(self) -> str:
+        return source_digest(self.path)
+
+
+def discover(demos_dir: Path = DEMOS_DIR) -> dict[str, Demo]:
+    """Every demos/<topic>/<demo>.py (not the harness, not __init__), keyed by name."""
+    found: dict[str, Demo] = {}
+    for path in sorted(demos_dir.glob("*/*.py")):
+        if path.parent.name == "harness" or path.name.startswith("_"):
+            continue
+        name = path.stem
+        if name in found:
+            raise ValueError(f"two demos are named {name!r}: {found[name].path} and {path}; demo names must be unique")
+        module = ".".join(path.relative_to(demos_dir.parent).with_suffix("").parts)
+        found[name] = Demo(name=name, path=path, module=module)
+    return found
+
+
+@cache
+def datasheets() -> dict[str, dict]:
+    with open(DATASHEETS, "rb") as f:
+        return tomllib.load(f)
+
+
+def device_label(device_class: str) -> str:
+    return datasheets().get(device_class, {}).get("label", device_class)
+
+
+def is_gpu_class(device_class: str) -> bool:
+    return device_class != "cpu"
+
+
+def record_files(results_dir: Path = RESULTS_DIR) -> list[Path]:
+    return sorted(results_dir.glob("*/*.json"))
+
+
+def load_records(demo: str, results_dir: Path = RESULTS_DIR) -> dict[str, dict]:
+    """All records of one demo, keyed by device class: GPUs first (by label), CPU last.
+
+    A malformed record raises record.RecordError naming its file and field."""
+    records = {p.stem: record.load(p) for p in sorted((results_dir / demo).glob("*.json"))}
+    order = sorted(records, key=lambda c: (not is_gpu_class(c), device_label(c)))
+    return {c: records[c] for c in order}

@@ -1,0 +1,228 @@
+"""The check command: `python -m scripts.check` (also `make check`). Runs no demo.
+
+It fails (exit 1) on
+- a demo without a CPU record, or whose CPU record is stale (the demo's code changed since);
+- a record whose measured rate exceeds its device's datasheet peak (scripts/datasheets.toml);
+- a page marker naming an unknown demo or metric, or a claim that a record contradicts;
+- a topic page (docs/topics/*.md) missing front matter or a required section;
+and exits 2 on a malformed record, naming the file and the field. Stale GPU records and
+devices without a datasheet are warnings: the page shows their badge until someone re-measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from demos.harness import record
+from demos.harness.cli import REPO_ROOT, RESULTS_DIR
+from scripts import catalog
+from scripts.claims import judge
+from scripts.markers import MarkerError, find
+from scripts.render import fmt_number
+
+DOCS_DIR = REPO_ROOT / "docs"
+TOPICS_DIR = DOCS_DIR / "topics"
+REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
+                     "Further reading"]
+DIFFICULTIES = {"easy", "medium", "hard"}
+
+
+class Report:
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.malformed = False
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def rel(path: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+# -- records --------------------------------------------------------------------------------------
+def check_records(report: Report, demos: dict[str, catalog.Demo], results_dir: Path) -> dict[str, dict]:
+    """Load every record; returns {demo: {device_class: record}} for the well-formed ones."""
+    loaded: dict[str, dict] = {}
+    for path in catalog.record_files(results_dir):
+        demo, device_class = path.parent.name, path.stem
+        try:
+            rec = record.load(path)
+        except record.RecordError as e:
+            report.error(str(e).replace(str(path), rel(path)))
+            report.malformed = True
+            continue
+        if rec["demo"] != demo or rec["device_class"] != device_class:
+            report.error(f"{rel(path)}: demo/device_class say {rec['demo']}/{rec['device_class']}, "
+                         f"but the file sits at {demo}/{device_class}.json")
+            continue
+        if demo not in demos:
+            report.error(f"{rel(path)}: no demo named {demo!r} exists under demos/ (remove the record or the typo)")
+            continue
+        loaded.setdefault(demo, {})[device_class] = rec
+    return loaded
+
+
+def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict]) -> None:
+    for name, demo in demos.items():
+        digest = demo.digest()
+        recs = records.get(name, {})
+        if "cpu" not in recs:
+            report.error(f"{rel(demo.path)}: no CPU record; run `python -m scripts.regen {name} --device cpu`")
+        for device_class, rec in recs.items():
+            if rec["source_digest"] == digest:
+                continue
+            message = (f"docs/results/{name}/{device_class}.json is stale: {rel(demo.path)} or a module it imports "
+                       f"changed since it was measured ({rec['provenance']['utc']})")
+            if device_class == "cpu":
+                report.error(message + f"; run `python -m scripts.regen {name} --device cpu`")
+            else:
+                report.warn(message + "; the page shows it as such until it is re-measured on that GPU")
+
+
+def check_plausibility(report: Report, records: dict[str, dict]) -> None:
+    sheets = catalog.datasheets()
+    for name, recs in records.items():
+        for device_class, rec in recs.items():
+            sheet = sheets.get(device_class)
+            where = f"docs/results/{name}/{device_class}.json"
+            if sheet is None:
+                report.warn(f"{where}: no datasheet for device class {device_class!r}; add it to scripts/datasheets.toml")
+                continue
+            for section in ("metrics", "ceilings"):
+                for metric_name, m in rec[section].items():
+                    if m["unit"] == "GB/s":
+                        peak, what = sheet["memory_gbps"], "memory bandwidth"
+                    elif m["unit"] == "TFLOP/s":
+                        dtype = m.get("dtype")
+                        peak = sheet["tflops"].get(dtype) if dtype else max(sheet["tflops"].values())
+                        what = f"{dtype or 'best'} TFLOP/s"
+                        if peak is None:
+                            continue
+                    else:
+                        continue
+                    if m["value"] > peak:
+                        report.error(f"{where}: {section}.{metric_name} = {fmt_number(m['value'])} {m['unit']} exceeds "
+                                     f"the {sheet['label']} datasheet {what} of {fmt_number(peak)}: a unit slip, a "
+                                     f"cache-resident measurement or a timing without synchronisation")
+
+
+# -- pages ----------------------------------------------------------------------------------------------
+FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
+
+
+def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str, catalog.Demo]) -> None:
+    where = rel(path)
+    m = FRONT_MATTER.match(text)
+    if not m:
+        report.error(f"{where}: no front matter; start the page with ---, title, difficulty, tags, demos, ---")
+        return
+    try:
+        meta = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as e:
+        report.error(f"{where}: front matter is not valid YAML ({str(e).splitlines()[0]})")
+        return
+    for key in ("title", "difficulty", "tags", "demos"):
+        if key not in meta:
+            report.error(f"{where}: front matter lacks '{key}:'")
+    if "difficulty" in meta and meta["difficulty"] not in DIFFICULTIES:
+        report.error(f"{where}: difficulty is {meta['difficulty']!r}; use easy, medium or hard")
+    if "tags" in meta and not (isinstance(meta["tags"], list) and meta["tags"]):
+        report.error(f"{where}: tags must be a non-empty list, e.g. tags: [compilers, kernels]")
+    page_demos = meta.get("demos") or []
+    for demo in page_demos if isinstance(page_demos, list) else []:
+        if demo not in demos:
+            report.error(f"{where}: front matter names demo {demo!r}, which does not exist under demos/")
+
+    headings = re.findall(r"^## +(.+?)\s*$", text, re.M)
+    missing = [s for s in REQUIRED_SECTIONS if s not in headings]
+    for section in missing:
+        report.error(f"{where}: missing the section '## {section}' (required sections, in order: "
+                     f"{', '.join(REQUIRED_SECTIONS)})")
+    present = [h for h in headings if h in REQUIRED_SECTIONS]
+    if not missing and present != REQUIRED_SECTIONS:
+        report.error(f"{where}: sections out of order; expected {', '.join(REQUIRED_SECTIONS)}")
+    sections = dict(zip(headings, re.split(r"^## +.+$", text, flags=re.M)[1:]))
+    if "Full answer" in sections and "??? " not in sections["Full answer"]:
+        report.error(f"{where}: '## Full answer' must be collapsible: put it in a '??? abstract \"Full model answer\"' block")
+    if "Follow-up questions" in sections and "??? question" not in sections["Follow-up questions"]:
+        report.error(f"{where}: '## Follow-up questions' needs '??? question \"...\"' blocks (question, hidden answer)")
+    if "Measured" in sections:
+        for demo in page_demos if isinstance(page_demos, list) else []:
+            if f"results {demo}" not in re.sub(r"\s+", " ", sections["Measured"]):
+                report.error(f"{where}: '## Measured' does not show {{{{ results {demo} }}}}")
+
+
+def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict]) -> int:
+    claims = 0
+    for path in sorted(DOCS_DIR.rglob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        if path.parent == TOPICS_DIR:
+            check_topic_structure(report, path, text, demos)
+        try:
+            markers = find(text, rel(path))
+        except MarkerError as e:
+            report.error(str(e))
+            continue
+        for marker in markers:
+            if marker.demo not in demos:
+                report.error(f"{marker.source}: no demo named {marker.demo!r}")
+                continue
+            recs = records.get(marker.demo, {})
+            refs = [marker.metric] if marker.kind == "metric" else [s for s in (marker.lhs, marker.rhs)
+                                                                     if not isinstance(s, float)]
+            for ref in filter(None, refs):
+                if recs and not any(ref.name in r["metrics"] for r in recs.values()):
+                    report.error(f"{marker.source}: no record of {marker.demo} has a metric {ref.name!r}")
+            if marker.kind == "claim":
+                claims += 1
+                for v in judge(marker, recs):
+                    if v.status == "contradicted":
+                        report.error(f"{marker.source}: contradicted on {catalog.device_label(v.device_class)}: "
+                                     f"{fmt_number(v.lhs)} {marker.op} {fmt_number(v.rhs)} is false")
+    return claims
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="check", description=__doc__.splitlines()[0])
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    report = Report()
+    try:
+        demos = catalog.discover()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    records = check_records(report, demos, args.results_dir)
+    check_freshness(report, demos, records)
+    check_plausibility(report, records)
+    claims = check_pages(report, demos, records)
+
+    for w in report.warnings:
+        print(f"warning: {w}")
+    for e in report.errors:
+        print(f"error: {e}", file=sys.stderr)
+    n_records = sum(len(r) for r in records.values())
+    print(f"check: {len(demos)} demos, {n_records} records, {claims} claims; "
+          f"{len(report.errors)} errors, {len(report.warnings)} warnings ({time.perf_counter() - started:.1f} s)")
+    if report.malformed:
+        return 2
+    return 1 if report.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The three markers a page uses to pull measurements in, and how they are found.
+
+    {{ results DEMO }}                         the demo's measured section (tabs per device)
+    {{ metric DEMO NAME[:fraction] @DEVICE }}  one value, with unit and device
+    {{ claim DEMO @DEVICE LHS OP RHS }}        a checked claim; OP is < <= > >=;
+                                               LHS/RHS: NAME[:fraction], a number, or NUMBER * NAME
+
+DEVICE is a device class (cpu, h100, h200, ...); a claim may also say @gpu (every GPU with a
+record). Markers inside code (fenced blocks or `inline code`) are left alone, so pages can show
+the syntax itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+MARKER = re.compile(r"\{\{\s*(results|metric|claim)\b(.*?)\}\}")
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})")
+INLINE_CODE = re.compile(r"(`+).+?\1")
+OPS = ("<=", ">=", "<", ">")
+NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+
+
+class MarkerError(ValueError):
+    """A marker that cannot be parsed; the message says what the right form is."""
+
+
+@dataclass(frozen=True)
+class MetricRef:
+    name: str
+    fraction: bool = False  # NAME:fraction -> the metric's fraction of its same-run ceiling
+    scale: float = 1.0  # NUMBER * NAME
+
+    def __str__(self) -> str:
+        core = self.name + (":fraction" if self.fraction else "")
+        return core if self.scale == 1.0 else f"{self.scale:g} * {core}"
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: str  # results | metric | claim
+    demo: str
+    source: str  # the marker as written
+    device: str | None = None
+    metric: MetricRef | None = None
+    lhs: MetricRef | float | None = None
+    op: str | None = None
+    rhs: MetricRef | float | None = None
+
+    @property
+    def expression(self) -> str:
+        return f"{self.lhs} {self.op} {self.rhs}"
+
+
+def _side(text: str, source: str) -> MetricRef | float:
+    text = text.strip()
+    m = re.fullmatch(rf"(?:([0-9.eE+\-]+)\s*\*\s*)?({NAME})(:fraction)?", text)
+    if m and not re.fullmatch(r"[0-9.eE+\-]+", text):
+        return MetricRef(m.group(2), bool(m.group(3)), float(m.group(1)) if m.group(1) else 1.0)
+    try:
+        return float(text)
+    except ValueError:
+        raise MarkerError(f"{source}: cannot read {text!r}; write a metric name, NAME:fraction, a number, "
+                          "or NUMBER * NAME") from None
+
+
+def parse(kind: str, body: str, source: str) -> Marker:
+    words = body.split()
+    if kind == "results":
+        if len(words) != 1:
+            raise MarkerError(f"{source}: write {{{{ results DEMO }}}}")
+        return Marker("results", words[0], source)
+    if kind == "metric":
+        m = re.fullmatch(rf"\s*({NAME})\s+({NAME})(:fraction)?\s+@({NAME})\s*", body)
+        if not m:
+            raise MarkerError(f"{source}: write {{{{ metric DEMO NAME @DEVICE }}}} (NAME may end in :fraction)")
+        return Marker("metric", m.group(1), source, device=m.group(4), metric=MetricRef(m.group(2), bool(m.group(3))))
+    m = re.fullmatch(rf"\s*({NAME})\s+@({NAME})\s+(.+?)\s*", body)
+    if not m:
+        raise MarkerError(f"{source}: write {{{{ claim DEMO @DEVICE LHS OP RHS }}}}")
+    expr = m.group(3)
+    for op in OPS:
+        # split on the operator surrounded by spaces, so names with '-' or '.' stay whole
+        parts = re.split(rf"\s{re.escape(op)}\s", expr)
+        if len(parts) == 2:
+            return Marker("claim", m.group(1), source, device=m.group(2), lhs=_side(parts[0], source), op=op,
+                          rhs=_side(parts[1], source))
+    raise MarkerError(f"{source}: the claim needs one comparison, with spaces around it: < <= > >=")
+
+
+def transform_outside_code(text: str, fn: Callable[[str], str]) -> str:
+    """Apply fn to the parts of Markdown that are not fenced code blocks or inline code spans."""
+    out, prose, in_fence, fence = [], [], False, ""
+
+    def flush_prose() -> None:
+        if prose:
+            chunk = "".join(prose)
+            pieces, last = [], 0
+            for m in INLINE_CODE.finditer(chunk):
+                pieces.append(fn(chunk[last:m.start()]))
+                pieces.append(m.group(0))
+                last = m.end()
+            pieces.append(fn(chunk[last:]))
+            out.append("".join(pieces))
+            prose.clear()
+
+    for line in text.splitlines(keepends=True):
+        m = FENCE.match(line)
+        if in_fence:
+            out.append(line)
+            if m and m.group(2)[0] == fence[0] and len(m.group(2)) >= len(fence):
+                in_fence = False
+        elif m:
+            flush_prose()
+            in_fence, fence = True, m.group(2)
+            out.append(line)
+        else:
+            prose.append(line)
+    flush_prose()
+    return "".join(out)
+
+
+def find(text: str, source_name: str = "page") -> list[Marker]:
+    """Every marker of a page, in order (markers inside code are not markers)."""
+    found: list[Marker] = []
+
+    def collect(chunk: str) -> str:
+        for m in MARKER.finditer(chunk):
+            found.append(parse(m.group(1), m.group(2), f"{source_name}: {m.group(0)}"))
+        return chunk
+
+    transform_outside_code(text, collect)
+    return found
+
+
+def substitute(text: str, render: Callable[[Marker], str], source_name: str = "page") -> str:
+    """Replace every marker outside code with render(marker)."""
+
+    def replace(chunk: str) -> str:
+        return MARKER.sub(lambda m: render(parse(m.group(1), m.group(2), f"{source_name}: {m.group(0)}")), chunk)
+
+    return transform_outside_code(text, replace)

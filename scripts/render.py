@@ -1,0 +1,220 @@
+"""Records become Markdown: per-device tabs, tables, plots, provenance, badges, metrics, claims.
+
+Plain Python with no MkDocs in it; scripts/mkdocs_hook.py calls it. Records are data from
+contributors, so every string taken from one goes through ``esc`` before it reaches a page: a
+record can never inject HTML, script or Markdown links.
+"""
+
+from __future__ import annotations
+
+import html
+import posixpath
+import re
+
+from scripts import catalog
+from scripts.claims import MissingMetric, judge, metric_value
+from scripts.markers import Marker, substitute
+
+PLOTS_DIR = "assets/plots"
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~^=:])")
+
+
+def esc(value) -> str:
+    """Text from a record, made inert: HTML-escaped, Markdown punctuation backslash-escaped,
+    newlines flattened (they would end a table row)."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    # '&' opened an entity above (&lt; &gt; &amp;) and must stay literal for it to work
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def fmt_number(v: float) -> str:
+    """A measured value for prose: three significant digits, thousands separated."""
+    if isinstance(v, int):
+        return f"{v:,}"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 0.01:
+        return f"{v:.3g}"
+    return f"{v:.2e}"
+
+
+def fmt_value(value: float, unit: str) -> str:
+    if unit == "fraction":
+        return f"{100 * value:.0f}%"
+    if unit == "x":
+        return f"{value:.2f}x"
+    return f"{fmt_number(value)} {esc(unit)}"
+
+
+# -- badges and provenance ------------------------------------------------------------------------
+BADGES = {
+    "fresh": ("mm-fresh", "fresh", "measured by the current demo code"),
+    "stale": ("mm-stale", "demo changed since this was measured",
+              "the demo, the harness or a module it imports changed after this record was made"),
+    "missing-gpu": ("mm-missing", "not yet measured on a GPU", "no GPU record has been committed for this demo"),
+}
+
+
+def badge(state: str) -> str:
+    css, text, title = BADGES[state]
+    return f'<span class="mm-badge {css}" title="{title}">{text}</span>'
+
+
+def record_state(rec: dict, current_digest: str | None) -> str:
+    return "fresh" if rec["source_digest"] == current_digest else "stale"
+
+
+def provenance_line(rec: dict) -> str:
+    p = rec["provenance"]
+    versions = ", ".join(f"{esc(k)} {esc(v)}" for k, v in p.get("packages", {}).items()
+                         if v and k in ("torch", "triton", "jax", "onnxruntime"))
+    parts = [f"**{esc(p['device_name'])}**"]
+    if p.get("cuda"):
+        parts.append(f"CUDA {esc(p['cuda'])}" + (f", driver {esc(p['driver'])}" if p.get("driver") else ""))
+    if p.get("device_kind") == "cpu" and p.get("cpu_count"):
+        parts.append(f"{esc(p['cpu_count'])} cores, {esc(p.get('torch_threads', '?'))} threads")
+    parts += [versions, f"Python {esc(p['python'])}", esc(p["utc"][:10])]
+    commit = p.get("commit")
+    if commit:
+        parts.append(f"commit {esc(commit[:10])}" + (" (uncommitted changes)" if p.get("dirty") else ""))
+    parts.append(f"size preset {esc(rec['size'])}, run took {rec['wall_time_s']:.0f} s")
+    return "Measured on " + " · ".join(x for x in parts if x)
+
+
+def ceilings_line(rec: dict) -> str:
+    sheet = catalog.datasheets().get(rec["device_class"], {})
+    peaks = {"copy_bandwidth": sheet.get("memory_gbps")}
+    for name, c in rec["ceilings"].items():
+        if name.startswith("matmul_") and c.get("dtype"):
+            peaks[name] = sheet.get("tflops", {}).get(c["dtype"])
+    items = []
+    for name, c in rec["ceilings"].items():
+        text = f"{esc(name.replace('_', ' '))} {fmt_value(c['value'], c['unit'])}"
+        peak = peaks.get(name)
+        if peak and sheet.get("kind") == "cuda":
+            text += f" ({100 * c['value'] / peak:.0f}% of the {fmt_number(peak)} datasheet peak)"
+        items.append(text)
+    return "Ceilings measured in the same run: " + " · ".join(items)
+
+
+# -- the results block --------------------------------------------------------------------------------
+def _indent(text: str, n: int = 4) -> str:
+    pad = " " * n
+    return "\n".join(pad + line if line.strip() else "" for line in text.splitlines())
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):  # as the demo rounded it; thousands separated
+        return f"{v:,.0f}" if abs(v) >= 1000 else repr(v)
+    return esc(v)
+
+
+def table_md(table: dict) -> str:
+    head = "| " + " | ".join(esc(c) for c in table["columns"]) + " |"
+    rule = "|" + "|".join("---" for _ in table["columns"]) + "|"
+    rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table["rows"]]
+    return f"**{esc(table['title'])}**\n\n" + "\n".join([head, rule, *rows])
+
+
+def plot_path(demo: str, device_class: str, series_name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", f"{device_class}-{series_name}")
+    return f"{PLOTS_DIR}/{demo}/{safe}.svg"
+
+
+def device_tab(rec: dict, state: str, page_dir: str) -> str:
+    parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
+    for table in rec["tables"]:
+        parts.append(table_md(table))
+    for series in rec["series"]:
+        url = posixpath.relpath(plot_path(rec["demo"], rec["device_class"], series["name"]), page_dir or ".")
+        parts.append(f"![{esc(series['title'])}]({url})")
+    checks = rec["checks"]
+    failed = [c for c in checks if not c["passed"]]
+    title = f"{len(checks) - len(failed)} of {len(checks)} correctness checks passed"
+    lines = "\n".join(f"- {esc(c['name'])}: {esc(c['detail'])}" for c in checks)
+    parts.append(f'??? {"success" if not failed else "failure"} "{title}"\n{_indent(lines)}')
+    if rec["not_run"]:
+        lines = "\n".join(f"- **{esc(n['variant'])}**: {esc(n['reason'])}" for n in rec["not_run"])
+        parts.append(f'!!! info "Not run on this device"\n{_indent(lines)}')
+    return "\n\n".join(parts)
+
+
+def results_block(demo: str, records: dict[str, dict], current_digest: str | None, page_dir: str) -> str:
+    tabs = []
+    if not any(catalog.is_gpu_class(c) for c in records):
+        tabs.append(("GPU", f"{badge('missing-gpu')}\n\nNo GPU record yet. On a machine with an NVIDIA GPU, run "
+                            f"`python -m scripts.regen {demo} --device cuda` and commit "
+                            f"`docs/results/{demo}/<gpu>.json` (see the contributing guide)."))
+    for device_class, rec in records.items():
+        tabs.append((catalog.device_label(device_class), device_tab(rec, record_state(rec, current_digest), page_dir)))
+    if not records:
+        return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
+    return "\n\n".join(f'=== "{label}"\n\n{_indent(body)}' for label, body in tabs)
+
+
+# -- inline metrics and claims --------------------------------------------------------------------
+def metric_text(marker: Marker, records: dict[str, dict]) -> str:
+    label = catalog.device_label(marker.device)
+    rec = records.get(marker.device)
+    if rec is None:
+        return f'<span class="mm-value mm-missing">not yet measured on {esc(label)}</span>'
+    try:
+        value, unit = metric_value(rec, marker.metric)
+    except MissingMetric:
+        return f'<span class="mm-value mm-missing">not measured on {esc(label)}</span>'
+    return f'<span class="mm-value" title="{esc(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
+
+
+def claim_text(marker: Marker, records: dict[str, dict]) -> str:
+    verdicts = judge(marker, records)
+    chips = []
+    for v in verdicts:
+        label = "GPU" if v.device_class == "gpu" else catalog.device_label(v.device_class)
+        if v.status == "not measured":
+            chips.append(f'<span class="mm-claim mm-unmeasured" title="{esc(v.note)}">? not yet measured on {esc(label)}</span>')
+        else:
+            mark, css = ("✓ holds", "mm-holds") if v.status == "holds" else ("✗ contradicted", "mm-contradicted")
+            chips.append(f'<span class="mm-claim {css}" title="{esc(marker.expression)}: '
+                         f'{fmt_number(v.lhs)} {html.escape(marker.op)} {fmt_number(v.rhs)}">{mark} on {esc(label)} '
+                         f'({fmt_number(v.lhs)} {html.escape(marker.op)} {fmt_number(v.rhs)})</span>')
+    return f'<span class="mm-claim-expr">{esc(marker.expression)}</span> ' + " ".join(chips)
+
+
+# -- a whole page -------------------------------------------------------------------------------------
+def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, digests=None) -> str:
+    """Replace every marker of a page. ``load(demo)`` gives records by device class; ``digests``
+    maps demo -> current source digest (None: computed from the demos on disk)."""
+    demos = catalog.discover()
+    cache: dict[str, dict] = {}
+    page_dir = posixpath.dirname(page_src_uri)
+
+    def records_of(demo: str) -> dict:
+        if demo not in cache:
+            cache[demo] = load(demo)
+        return cache[demo]
+
+    def render(marker: Marker) -> str:
+        if marker.demo not in demos and (digests is None or marker.demo not in digests):
+            raise ValueError(f"{marker.source}: no demo named {marker.demo!r} (known: {', '.join(sorted(demos))})")
+        records = records_of(marker.demo)
+        if marker.kind == "results":
+            digest = digests[marker.demo] if digests is not None else demos[marker.demo].digest()
+            return "\n\n" + results_block(marker.demo, records, digest, page_dir) + "\n\n"
+        if marker.kind == "metric":
+            return metric_text(marker, records)
+        return claim_text(marker, records)
+
+    return substitute(markdown, render, page_src_uri)
+
+
+def plot_files(demo: str, records: dict[str, dict]) -> list[tuple[str, str]]:
+    """(site path, SVG text) for every series of every record of a demo."""
+    from scripts.plots import series_svg
+
+    return [(plot_path(demo, c, s["name"]), series_svg(s, catalog.device_label(c)))
+            for c, rec in records.items() for s in rec["series"]]
