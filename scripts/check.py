@@ -11,7 +11,6 @@ devices without a datasheet are warnings: the page shows their badge until someo
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -20,14 +19,13 @@ from pathlib import Path
 import yaml
 
 from demos.harness import record
-from demos.harness.cli import REPO_ROOT, RESULTS_DIR
+from demos.harness.cli import REPO_ROOT, RESULTS_DIR, OneLineParser
 from scripts import catalog
-from scripts.claims import judge
+from scripts.claims import judge, target_devices
 from scripts.markers import MarkerError, find
 from scripts.render import fmt_number
 
 DOCS_DIR = REPO_ROOT / "docs"
-TOPICS_DIR = DOCS_DIR / "topics"
 REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
                      "Further reading"]
 DIFFICULTIES = {"easy", "medium", "hard"}
@@ -125,6 +123,7 @@ FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
 
 
 def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str, catalog.Demo]) -> None:
+    """Front matter and the curriculum's sections, in order, with the collapsible parts collapsible."""
     where = rel(path)
     m = FRONT_MATTER.match(text)
     if not m:
@@ -149,8 +148,8 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
 
     headings = re.findall(r"^## +(.+?)\s*$", text, re.M)
     missing = [s for s in REQUIRED_SECTIONS if s not in headings]
-    for section in missing:
-        report.error(f"{where}: missing the section '## {section}' (required sections, in order: "
+    if missing:
+        report.error(f"{where}: missing section(s) {', '.join('## ' + s for s in missing)} (required, in order: "
                      f"{', '.join(REQUIRED_SECTIONS)})")
     present = [h for h in headings if h in REQUIRED_SECTIONS]
     if not missing and present != REQUIRED_SECTIONS:
@@ -166,11 +165,13 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
                 report.error(f"{where}: '## Measured' does not show {{{{ results {demo} }}}}")
 
 
-def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict]) -> int:
+def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict],
+                docs_dir: Path = DOCS_DIR) -> int:
+    """Markers on every page (known demo and metric, claims not contradicted); structure of topic pages."""
     claims = 0
-    for path in sorted(DOCS_DIR.rglob("*.md")):
+    for path in sorted(docs_dir.rglob("*.md")):
         text = path.read_text(encoding="utf-8")
-        if path.parent == TOPICS_DIR:
+        if path.parent == docs_dir / "topics":
             check_topic_structure(report, path, text, demos)
         try:
             markers = find(text, rel(path))
@@ -182,11 +183,16 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
                 report.error(f"{marker.source}: no demo named {marker.demo!r}")
                 continue
             recs = records.get(marker.demo, {})
+            # A referenced metric must exist in every record of the devices the marker targets; a
+            # device without a record yet (a GPU, usually) cannot be checked and shows "not measured".
             refs = [marker.metric] if marker.kind == "metric" else [s for s in (marker.lhs, marker.rhs)
                                                                      if not isinstance(s, float)]
-            for ref in filter(None, refs):
-                if recs and not any(ref.name in r["metrics"] for r in recs.values()):
-                    report.error(f"{marker.source}: no record of {marker.demo} has a metric {ref.name!r}")
+            targets = [marker.device] if marker.kind == "metric" else target_devices(marker.device, recs)
+            for ref in refs:
+                for device_class in targets:
+                    if device_class in recs and ref.name not in recs[device_class]["metrics"]:
+                        report.error(f"{marker.source}: the {catalog.device_label(device_class)} record of "
+                                     f"{marker.demo} has no metric {ref.name!r}")
             if marker.kind == "claim":
                 claims += 1
                 for v in judge(marker, recs):
@@ -197,8 +203,9 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="check", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="check", description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--docs-dir", type=Path, default=DOCS_DIR)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     report = Report()
@@ -210,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     records = check_records(report, demos, args.results_dir)
     check_freshness(report, demos, records)
     check_plausibility(report, records)
-    claims = check_pages(report, demos, records)
+    claims = check_pages(report, demos, records, args.docs_dir)
 
     for w in report.warnings:
         print(f"warning: {w}")

@@ -16,7 +16,8 @@ from scripts.claims import MissingMetric, judge, metric_value
 from scripts.markers import Marker, substitute
 
 PLOTS_DIR = "assets/plots"
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~^=:])")
+# The characters Python-Markdown (with the tables extension) accepts a backslash escape for.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|>])")
 
 
 def esc(value) -> str:
