@@ -28,6 +28,11 @@ def esc(value) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+def attr(value) -> str:
+    """Text from a record for an HTML attribute value (raw HTML: Markdown does not touch it)."""
+    return html.escape(" ".join(str(value).split()), quote=True)
+
+
 def fmt_number(v: float) -> str:
     """A measured value for prose: three significant digits, thousands separated."""
     if isinstance(v, int):
@@ -36,7 +41,7 @@ def fmt_number(v: float) -> str:
     if a >= 100:
         return f"{v:,.0f}"
     if a >= 0.01:
-        return f"{v:.3g}"
+        return f"{v:#.3g}"
     return f"{v:.2e}"
 
 
@@ -168,7 +173,7 @@ def metric_text(marker: Marker, records: dict[str, dict]) -> str:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
         return f'<span class="mm-value mm-missing">not measured on {esc(label)}</span>'
-    return f'<span class="mm-value" title="{esc(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
+    return f'<span class="mm-value" title="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
 
 
 def claim_text(marker: Marker, records: dict[str, dict]) -> str:
@@ -177,10 +182,10 @@ def claim_text(marker: Marker, records: dict[str, dict]) -> str:
     for v in verdicts:
         label = "GPU" if v.device_class == "gpu" else catalog.device_label(v.device_class)
         if v.status == "not measured":
-            chips.append(f'<span class="mm-claim mm-unmeasured" title="{esc(v.note)}">? not yet measured on {esc(label)}</span>')
+            chips.append(f'<span class="mm-claim mm-unmeasured" title="{attr(v.note)}">? not yet measured on {esc(label)}</span>')
         else:
             mark, css = ("✓ holds", "mm-holds") if v.status == "holds" else ("✗ contradicted", "mm-contradicted")
-            chips.append(f'<span class="mm-claim {css}" title="{esc(marker.expression)}: '
+            chips.append(f'<span class="mm-claim {css}" title="{attr(marker.expression)}: '
                          f'{fmt_number(v.lhs)} {html.escape(marker.op)} {fmt_number(v.rhs)}">{mark} on {esc(label)} '
                          f'({fmt_number(v.lhs)} {html.escape(marker.op)} {fmt_number(v.rhs)})</span>')
     return f'<span class="mm-claim-expr">{esc(marker.expression)}</span> ' + " ".join(chips)

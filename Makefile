@@ -1,0 +1,61 @@
+# ML Systems, Measured. The two commands of the README:
+#   make serve   set up, build and serve the site with the committed measurements
+#   make test    what CI runs: set up, regenerate CPU records, tests, check, strict build
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_PIN := $(shell grep -m1 '^torch==' requirements.txt)
+DEVICE ?= cpu
+DEMO ?=
+
+# Caches stay inside the project's ignored .cache folder.
+export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
+export TRITON_CACHE_DIR := $(CURDIR)/.cache/triton
+export MPLCONFIGDIR := $(CURDIR)/.cache/matplotlib
+export JUPYTER_CONFIG_DIR := $(CURDIR)/.cache/jupyter
+export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
+export NO_MKDOCS_2_WARNING := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help setup serve build test pytest regen regen-stale check clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"   # first, alone: the CPU wheel, never a CUDA build
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+setup: $(VENV)/.installed  ## create .venv with every pinned dependency (torch first)
+
+serve: setup  ## build and serve the site at http://127.0.0.1:8000 (committed measurements)
+	$(PY) -m mkdocs serve -a 127.0.0.1:8000
+
+build: setup  ## build the site into site/ (strict: any warning fails)
+	$(PY) -m mkdocs build --strict
+
+test: setup  ## everything CI runs: regenerate CPU records, tests, check, strict build
+	$(PY) -m scripts.regen --device cpu
+	$(PY) -m pytest
+	$(PY) -m scripts.check
+	$(PY) -m mkdocs build --strict
+
+pytest: setup  ## only the test suite
+	$(PY) -m pytest
+
+regen: setup  ## regenerate records: make regen [DEMO=name] [DEVICE=cpu|cuda|auto]
+	$(PY) -m scripts.regen $(DEMO) --device $(DEVICE)
+
+regen-stale: setup  ## regenerate only missing or stale records on DEVICE
+	$(PY) -m scripts.regen --stale --device $(DEVICE)
+
+check:  ## the fast gate: freshness, claims, plausibility, page structure (runs no demo)
+	@$(if $(wildcard $(PY)),$(PY),python3) -m scripts.check
+
+clean:  ## remove build output and caches (keeps .venv)
+	rm -rf site .cache .pytest_cache artifacts

@@ -1,0 +1,64 @@
+"""Shared test helpers: a valid record to mutate, and the repository's paths."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Without a GPU, Triton runs in its interpreter; Triton reads this when it is first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def make_record(**overrides) -> dict:
+    """A small, valid record (as a demo would write it) for schema, render and check tests."""
+    rec = {
+        "schema": 1,
+        "demo": "kernel_fusion",
+        "module": "demos.t3_compiler.kernel_fusion",
+        "title": "Kernel fusion",
+        "device_class": "cpu",
+        "size": "small",
+        "source_digest": "sha256:" + "0" * 64,
+        "source_files": ["demos/t3_compiler/kernel_fusion.py"],
+        "metrics": {
+            "chain.eager.gbps": {"value": 10.0, "unit": "GB/s", "ceiling": "copy_bandwidth", "fraction_of_ceiling": 0.5},
+            "chain.compiled.speedup_largest": {"value": 1.8, "unit": "x", "label": "compiled over eager"},
+        },
+        "tables": [{"name": "chain", "title": "chain (float32)", "columns": ["variant", "GB/s"],
+                    "rows": [["eager", 10.0], ["compiled", 18.0]]}],
+        "series": [{"name": "chain", "title": "chain bandwidth", "x_label": "MB", "y_label": "GB/s",
+                    "x_log": True, "y_log": False,
+                    "lines": [{"label": "eager", "x": [1.0, 2.0], "y": [5.0, 10.0]}],
+                    "hlines": [{"label": "copy", "y": 20.0}]}],
+        "checks": [{"name": "chain.eager", "passed": True, "detail": "max |err| 1e-7"}],
+        "not_run": [{"variant": "triton (timing)", "reason": "no GPU"}],
+        "artifacts": {},
+        "ceilings": {"copy_bandwidth": {"value": 20.0, "unit": "GB/s", "how": "copy"}},
+        "settings": {},
+        "provenance": {"device_name": "Test CPU", "device_class": "cpu", "device_kind": "cpu", "utc": "2026-11-21T00:00:00Z",
+                       "python": "3.11.7", "packages": {"torch": "2.13.0"}, "commit": "abc", "dirty": False},
+        "wall_time_s": 1.0,
+    }
+    rec = copy.deepcopy(rec)
+    rec.update(overrides)
+    return rec
+
+
+def write_record(results_dir: Path, rec: dict) -> Path:
+    path = results_dir / rec["demo"] / f"{rec['device_class']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec))
+    return path
+
+
+@pytest.fixture
+def record_factory():
+    return make_record

@@ -1,0 +1,144 @@
+"""The check command: freshness, claims, plausibility, page structure, malformed records."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import make_record, write_record
+from scripts import catalog, check
+
+TOPIC = """---
+title: Test topic
+difficulty: medium
+tags: [test]
+demos: [kernel_fusion]
+---
+
+# Test topic
+
+## Questions
+- Why? (easy)
+
+## 30-second answer
+- Because.
+
+## Full answer
+??? abstract "Full model answer"
+    Long answer.
+
+## Measured
+{{ results kernel_fusion }}
+
+CLAIM
+
+## Follow-up questions
+??? question "And then?"
+    Then this.
+
+## Pitfalls
+- Saying so.
+
+## Further reading
+- A paper.
+"""
+
+
+@pytest.fixture
+def site(tmp_path):
+    """A results folder with a fresh CPU record of the real demo, and a docs folder with one topic."""
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    (docs / "topics").mkdir(parents=True)
+    digest = catalog.discover()["kernel_fusion"].digest()
+    write_record(results, make_record(source_digest=digest))
+
+    def run(claim: str = "", page: str | None = None) -> tuple[int, str]:
+        (docs / "topics" / "t.md").write_text((page or TOPIC).replace("CLAIM", claim))
+        return check.main(["--results-dir", str(results), "--docs-dir", str(docs)]), ""
+
+    run.results, run.docs, run.digest = results, docs, digest
+    return run
+
+
+def test_clean_site_passes(site, capsys):
+    code, _ = site("{{ claim kernel_fusion @cpu chain.compiled.speedup_largest >= 1.5 }}")
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "1 claims; 0 errors" in out.out
+
+
+def test_contradicted_claim_fails(site, capsys):
+    code, _ = site("{{ claim kernel_fusion @cpu chain.compiled.speedup_largest >= 2 }}")
+    assert code == 1
+    assert "contradicted on CPU: 1.80 >= 2" in capsys.readouterr().err
+
+
+def test_unmeasured_gpu_claim_does_not_fail(site, capsys):
+    code, _ = site("{{ claim kernel_fusion @gpu chain.eager.gbps:fraction >= 0.8 }}")
+    assert code == 0, capsys.readouterr().err
+
+
+def test_unknown_metric_fails(site, capsys):
+    code, _ = site("{{ metric kernel_fusion chain.nope @cpu }}")
+    assert code == 1
+    assert "has no metric 'chain.nope'" in capsys.readouterr().err
+
+
+def test_stale_cpu_record_fails(site, capsys):
+    write_record(site.results, make_record(source_digest="sha256:" + "f" * 64))
+    code, _ = site()
+    assert code == 1
+    assert "cpu.json is stale" in capsys.readouterr().err
+
+
+def test_stale_gpu_record_only_warns(site, capsys):
+    write_record(site.results, make_record(device_class="h100", source_digest="sha256:" + "f" * 64))
+    code, _ = site()
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "h100.json is stale" in out.out
+
+
+def test_rate_above_datasheet_peak_fails(site, capsys):
+    rec = make_record(device_class="h100", source_digest=site.digest)
+    rec["metrics"]["chain.eager.gbps"]["value"] = 5000.0  # an H100 SXM moves 3,350 GB/s at most
+    write_record(site.results, rec)
+    code, _ = site()
+    assert code == 1
+    assert "exceeds the H100 datasheet memory bandwidth of 3,350" in capsys.readouterr().err
+
+
+def test_malformed_record_exits_2_naming_file_and_field(site, capsys):
+    rec = make_record(source_digest=site.digest)
+    rec["metrics"]["chain.eager.gbps"]["value"] = "fast"
+    write_record(site.results, rec)
+    code, _ = site()
+    assert code == 2
+    assert "kernel_fusion/cpu.json: metrics.chain.eager.gbps.value: expected a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("section", check.REQUIRED_SECTIONS)
+def test_topic_missing_a_section_fails(site, capsys, section):
+    page = TOPIC.replace(f"## {section}\n", "")
+    code, _ = site(page=page)
+    assert code == 1
+    assert f"missing section(s) ## {section}" in capsys.readouterr().err
+
+
+def test_full_answer_must_be_collapsible(site, capsys):
+    code, _ = site(page=TOPIC.replace('??? abstract "Full model answer"\n    Long answer.', "Long answer."))
+    assert code == 1
+    assert "'## Full answer' must be collapsible" in capsys.readouterr().err
+
+
+def test_front_matter_is_required(site, capsys):
+    code, _ = site(page=TOPIC.replace("difficulty: medium\n", "difficulty: brutal\n"))
+    assert code == 1
+    assert "difficulty is 'brutal'" in capsys.readouterr().err
+
+
+def test_check_on_the_repository_is_fast(capsys):
+    started = time.perf_counter()
+    check.main([])
+    assert time.perf_counter() - started < 30

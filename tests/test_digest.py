@@ -1,0 +1,52 @@
+"""The source digest follows imports of local modules, and only those."""
+
+from __future__ import annotations
+
+from demos.harness.digest import local_sources, source_digest
+
+
+def _tree(root):
+    files = {
+        "demos/__init__.py": "",
+        "demos/harness/__init__.py": "",
+        "demos/harness/timing.py": "X = 1\n",
+        "demos/topic/__init__.py": "",
+        "demos/topic/shared.py": "from .deeper import helper\n",
+        "demos/topic/deeper.py": "def helper():\n    return 1\n",
+        "demos/topic/other.py": "UNRELATED = 1\n",
+        "demos/topic/demo.py": "import torch\nfrom demos.topic import shared\nfrom demos.harness.timing import X\n",
+    }
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "demos/topic/demo.py"
+
+
+def test_sources_include_transitive_local_imports_only(tmp_path):
+    demo = _tree(tmp_path)
+    names = {p.relative_to(tmp_path).as_posix() for p in local_sources(demo, tmp_path)}
+    assert names == {"demos/topic/demo.py", "demos/topic/shared.py", "demos/topic/deeper.py",
+                     "demos/harness/timing.py", "demos/harness/__init__.py", "demos/__init__.py",
+                     "demos/topic/__init__.py"}
+
+
+def test_digest_changes_when_an_imported_module_changes(tmp_path):
+    demo = _tree(tmp_path)
+    before = source_digest(demo, tmp_path)
+    (tmp_path / "demos/topic/deeper.py").write_text("def helper():\n    return 2\n")
+    assert source_digest(demo, tmp_path) != before
+
+
+def test_digest_changes_when_the_harness_changes(tmp_path):
+    demo = _tree(tmp_path)
+    before = source_digest(demo, tmp_path)
+    (tmp_path / "demos/harness/timing.py").write_text("X = 2\n")
+    assert source_digest(demo, tmp_path) != before
+
+
+def test_digest_ignores_modules_the_demo_does_not_import(tmp_path):
+    demo = _tree(tmp_path)
+    before = source_digest(demo, tmp_path)
+    (tmp_path / "demos/topic/other.py").write_text("UNRELATED = 2\n")
+    assert source_digest(demo, tmp_path) == before

@@ -1,0 +1,72 @@
+"""The kernel-fusion demo end to end at the tiny size: every variant correct, Triton under the
+interpreter on CPU, a valid record with the metrics the topic page quotes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from demos.harness import record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the demo must set it itself
+    proc = subprocess.run([sys.executable, "-m", "demos.t3_compiler.kernel_fusion", "--device", "cpu", "--size", "tiny",
+                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return record.load(results / "kernel_fusion" / "cpu.json")
+
+
+def test_every_variant_matches_the_float64_reference(tiny_record):
+    checks = {c["name"]: c for c in tiny_record["checks"]}
+    for chain in ("bias_gelu", "add_ln_gelu"):
+        for variant in ("eager", "compiled", "triton"):
+            name = f"{chain}.{variant}.64x256"
+            assert checks[name]["passed"] and checks[name]["max_abs_err"] < 1e-4, checks[name]
+    assert all(c["passed"] for c in checks.values())
+
+
+def test_triton_is_checked_but_not_timed_on_cpu(tiny_record):
+    assert any(n["variant"] == "triton (timing)" for n in tiny_record["not_run"])
+    assert not any(".triton." in name for name in tiny_record["metrics"])
+
+
+def test_metrics_the_page_quotes_are_there(tiny_record):
+    metrics = tiny_record["metrics"]
+    for chain in ("bias_gelu", "add_ln_gelu"):
+        assert 0 < metrics[f"{chain}.best_fused.gbps"]["fraction_of_ceiling"]
+        assert metrics[f"{chain}.compiled.first_call_s"]["value"] > 0
+        assert metrics[f"{chain}.compiled.speedup_largest"]["unit"] == "x"
+    assert metrics["inductor_startup_s"]["value"] > 0
+    assert [s["name"] for s in tiny_record["series"]] == ["bias_gelu", "add_ln_gelu"]
+
+
+def test_the_triton_kernels_catch_a_wrong_answer():
+    """The interpreter check is real: a kernel with a wrong GELU constant fails it."""
+    import torch
+    import torch.nn.functional as F
+
+    if not os.environ.get("TRITON_INTERPRET") and not torch.cuda.is_available():
+        pytest.skip("Triton needs a GPU or its interpreter")
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def wrong_gelu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        h = tl.load(x_ptr + offsets, mask=mask)
+        tl.store(y_ptr + offsets, 0.5 * h * (1.0 + tl.erf(h * 0.7)), mask=mask)  # 0.7 is not 1/sqrt(2)
+
+    x = torch.randn(1000)
+    y = torch.empty_like(x)
+    wrong_gelu[(triton.cdiv(1000, 256),)](x, y, 1000, BLOCK=256)
+    assert not torch.allclose(y.double(), F.gelu(x.double()), rtol=1e-4, atol=1e-5)

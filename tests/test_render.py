@@ -1,0 +1,144 @@
+"""Records become Markdown: tables, badges, plots, metrics, claim verdicts, and nothing injectable."""
+
+from __future__ import annotations
+
+from html import unescape
+from html.parser import HTMLParser
+
+import markdown
+import yaml
+
+from conftest import REPO, make_record
+from scripts import render
+from scripts.markers import find, parse
+
+DIGEST = "sha256:" + "0" * 64
+OTHER_DIGEST = "sha256:" + "1" * 64
+
+
+def site_markdown(text: str) -> str:
+    """Convert with exactly the Markdown extensions the site uses (read from mkdocs.yml)."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    names, configs = [], {}
+    for ext in config["markdown_extensions"]:
+        if isinstance(ext, dict):
+            (name, options), = ext.items()
+            names.append(name)
+            configs[name] = options or {}
+        else:
+            names.append(ext)
+    return markdown.markdown(text, extensions=names, extension_configs=configs)
+
+
+def page(text: str, records: dict, digest: str = DIGEST) -> str:
+    return render.render_page(text, "topics/x.md", load=lambda demo: records, digests={"kernel_fusion": digest})
+
+
+def test_results_block_has_tabs_table_plot_and_fresh_badge():
+    out = page("{{ results kernel_fusion }}", {"cpu": make_record()})
+    html = site_markdown(out)
+    assert '=== "GPU"' in out and '=== "CPU"' in out  # no GPU record yet: a GPU tab says so
+    assert "not yet measured on a GPU" in html
+    assert "<table>" in html and "<td>compiled</td>" in html
+    assert 'src="../assets/plots/kernel_fusion/cpu-chain.svg"' in html
+    assert "mm-fresh" in html and "1 of 1 correctness checks passed" in html
+    assert "triton (timing)" in html and "Test CPU" in html
+
+
+def test_stale_badge_when_the_demo_changed():
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": make_record()}, digest=OTHER_DIGEST))
+    assert "demo changed since this was measured" in html and "mm-fresh" not in html
+
+
+def test_gpu_record_gets_its_own_tab_and_datasheet_fraction():
+    gpu = make_record(device_class="h100")
+    gpu["ceilings"]["copy_bandwidth"]["value"] = 3000.0
+    out = page("{{ results kernel_fusion }}", {"h100": gpu, "cpu": make_record()})
+    assert out.index('=== "H100"') < out.index('=== "CPU"')
+    assert '=== "GPU"' not in out
+    assert "90% of the 3,350 datasheet peak" in out
+
+
+def test_metric_marker_inserts_value_unit_and_device():
+    records = {"cpu": make_record()}
+    assert "1.80x (CPU)" in page("{{ metric kernel_fusion chain.compiled.speedup_largest @cpu }}", records)
+    assert "50% (CPU)" in page("{{ metric kernel_fusion chain.eager.gbps:fraction @cpu }}", records)
+    assert "10.0 GB/s (CPU)" in page("{{ metric kernel_fusion chain.eager.gbps @cpu }}", records)
+    assert "not yet measured on H100" in page("{{ metric kernel_fusion chain.eager.gbps @h100 }}", records)
+
+
+def test_claim_verdicts():
+    records = {"cpu": make_record()}
+    holds = unescape(page("{{ claim kernel_fusion @cpu chain.compiled.speedup_largest >= 1.5 }}", records))
+    assert "✓ holds on CPU (1.80 >= 1.50)" in holds
+    contradicted = page("{{ claim kernel_fusion @cpu chain.compiled.speedup_largest >= 2 }}", records)
+    assert "✗ contradicted on CPU" in contradicted and "mm-contradicted" in contradicted
+    unmeasured = page("{{ claim kernel_fusion @gpu chain.eager.gbps:fraction >= 0.8 }}", records)
+    assert "not yet measured on GPU" in unmeasured
+    scaled = page("{{ claim kernel_fusion @cpu chain.eager.gbps < 0.6 * chain.eager.gbps }}", records)
+    assert "contradicted" in scaled
+
+
+def test_markers_inside_code_are_left_alone():
+    text = "Write `{{ metric kernel_fusion x @cpu }}`.\n\n```\n{{ results kernel_fusion }}\n```\n"
+    assert find(text) == []
+    assert page(text, {"cpu": make_record()}) == text
+
+
+def test_claim_parsing():
+    m = parse("claim", " kernel_fusion @gpu a.b-c:fraction >= 0.8 ", "x")
+    assert (m.device, str(m.lhs), m.op, m.rhs) == ("gpu", "a.b-c:fraction", ">=", 0.8)
+
+
+INJECTIONS = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "[click](javascript:alert(1))",
+    "![x](javascript:alert(1))",
+    '"><svg onload=alert(1)>',
+    "{: onclick=alert(1) }",
+    "`code` *bold* | pipe",
+]
+
+
+class ElementCollector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+
+def test_record_strings_cannot_inject_html_or_script():
+    rec = make_record()
+    for i, bad in enumerate(INJECTIONS):
+        rec["tables"][0]["rows"].append([bad, bad])
+        rec["checks"].append({"name": bad, "passed": True, "detail": bad})
+        rec["not_run"].append({"variant": bad, "reason": bad})
+        rec["metrics"][f"m{i}"] = {"value": 1.0, "unit": bad}
+    rec["tables"][0]["title"] = INJECTIONS[0]
+    rec["series"][0]["title"] = INJECTIONS[3]
+    rec["provenance"].update(device_name=INJECTIONS[1], utc=INJECTIONS[2], python=INJECTIONS[4],
+                             packages={"torch": INJECTIONS[0]}, commit=INJECTIONS[2])
+    text = "{{ results kernel_fusion }}\n\n" + " ".join(
+        f"{{{{ metric kernel_fusion m{i} @cpu }}}}" for i in range(len(INJECTIONS)))
+    html = site_markdown(page(text, {"cpu": rec}))
+
+    parser = ElementCollector()
+    parser.feed(html)
+    tags = {tag for tag, _ in parser.elements}
+    assert not tags & {"script", "svg", "iframe", "object", "embed"}, tags
+    for tag, attrs in parser.elements:
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        for name in ("href", "src"):
+            assert not (attrs.get(name) or "").strip().lower().startswith("javascript"), (tag, attrs)
+        if tag == "img":
+            assert attrs["src"] == "../assets/plots/kernel_fusion/cpu-chain.svg"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text, harmlessly
+
+
+def test_plot_files_are_svg():
+    files = render.plot_files("kernel_fusion", {"cpu": make_record()})
+    assert [p for p, _ in files] == ["assets/plots/kernel_fusion/cpu-chain.svg"]
+    assert files[0][1].lstrip().startswith("<?xml") and "<svg" in files[0][1]
