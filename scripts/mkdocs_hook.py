@@ -1,7 +1,10 @@
 """The thin MkDocs hook: all the work is in scripts/render.py (plain Python, no MkDocs).
 
-- on_files: draw every record's plots (SVG) and add them to the site as generated files.
+- on_files (before the plugins): add every demo's source as a page, which mkdocs-jupyter renders
+  as a notebook (source only, never executed), plus its .ipynb for download; draw every record's
+  plots (SVG) and add them as generated files.
 - on_page_markdown: replace the {{ results }}, {{ metric }} and {{ claim }} markers of a page.
+- on_page_content: give a demo's notebook page its download links, run command and topic links.
 A malformed record or a bad marker stops the build with one line naming the file and the field.
 """
 
@@ -12,7 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # MkDocs loads hooks by path
 
+import jupytext  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
+from mkdocs.plugins import event_priority  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
 from demos.harness.record import RecordError  # noqa: E402
@@ -20,8 +25,15 @@ from scripts import catalog, render  # noqa: E402
 from scripts.markers import MarkerError  # noqa: E402
 
 
+@event_priority(100)  # before mkdocs-jupyter, so it turns the demo sources into notebook pages
 def on_files(files, config):
     try:
+        for demo in catalog.discover().values():
+            src_uri = render.demo_src_uri(demo)
+            files.append(File(src_uri, src_dir=str(catalog.REPO_ROOT), dest_dir=config["site_dir"],
+                              use_directory_urls=config["use_directory_urls"]))
+            notebook = jupytext.writes(jupytext.read(demo.path), fmt="ipynb")
+            files.append(File.generated(config, src_uri.removesuffix(".py") + ".ipynb", content=notebook))
         for demo in catalog.discover():
             for path, svg in render.plot_files(demo, catalog.load_records(demo)):
                 files.append(File.generated(config, path, content=svg))
@@ -35,3 +47,12 @@ def on_page_markdown(markdown, page, config, files):
         return render.render_page(markdown, page.file.src_uri)
     except (RecordError, MarkerError, ValueError) as e:
         raise PluginError(str(e)) from None
+
+
+def on_page_content(html, page, config, files):
+    demo = render.demo_of_page(page.file.src_uri)
+    if demo is None:
+        return html
+    if config.get("repo_url"):  # the source lives outside docs/, so "edit this page" must point there
+        page.edit_url = f"{config['repo_url'].rstrip('/')}/edit/main/{page.file.src_uri}"
+    return render.demo_page_header(demo, page.file.src_uri) + html

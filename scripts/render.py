@@ -163,6 +163,47 @@ def results_block(demo: str, records: dict[str, dict], current_digest: str | Non
     return "\n\n".join(f'=== "{label}"\n\n{_indent(body)}' for label, body in tabs)
 
 
+def code_link(demo: catalog.Demo, page_dir: str) -> str:
+    return (f"The code that produced these numbers: [{demo.path.name}]"
+            f"({posixpath.relpath(demo_src_uri(demo), page_dir or '.')}) (rendered as a notebook, with downloads).")
+
+
+# -- demo notebook pages ------------------------------------------------------------------------------
+def demo_src_uri(demo: catalog.Demo) -> str:
+    return demo.path.relative_to(catalog.REPO_ROOT).as_posix()
+
+
+def demo_of_page(src_uri: str) -> catalog.Demo | None:
+    return next((d for d in catalog.discover().values() if demo_src_uri(d) == src_uri), None)
+
+
+def topics_showing(demo: str) -> list[tuple[str, str]]:
+    """(src_uri, title) of every topic page whose front matter lists the demo."""
+    import yaml
+
+    found = []
+    for path in sorted((catalog.REPO_ROOT / "docs" / "topics").glob("*.md")):
+        m = re.match(r"\A---\n(.*?)\n---\n", path.read_text(encoding="utf-8"), re.S)
+        meta = yaml.safe_load(m.group(1)) if m else {}
+        if demo in (meta or {}).get("demos", []):
+            found.append((f"topics/{path.name}", str(meta.get("title", path.stem))))
+    return found
+
+
+def demo_page_header(demo: catalog.Demo, page_src_uri: str) -> str:
+    """HTML above a demo's notebook page: downloads, the command that runs it, its topic pages."""
+    stem = demo.path.stem
+    page_dir = posixpath.dirname(page_src_uri)
+    topic_links = ", ".join(
+        f'<a href="{html.escape(posixpath.relpath(uri.removesuffix(".md"), page_dir + "/" + stem))}/">{html.escape(title)}</a>'
+        for uri, title in topics_showing(demo.name)) or "none yet"
+    return (f'<div class="admonition info mm-demo-header"><p class="admonition-title">This is the code that produced '
+            f'the measurements</p><p>Download <a href="{stem}.py" download>{stem}.py</a> or '
+            f'<a href="../{stem}.ipynb" download>{stem}.ipynb</a>. Run it yourself from the repository root: '
+            f'<code>python -m {html.escape(demo.module)} --device cpu</code> (or <code>--device cuda</code>). '
+            f'Shown on: {topic_links}.</p></div>')
+
+
 # -- inline metrics and claims --------------------------------------------------------------------
 def metric_text(marker: Marker, records: dict[str, dict]) -> str:
     label = catalog.device_label(marker.device)
@@ -210,7 +251,8 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
         records = records_of(marker.demo)
         if marker.kind == "results":
             digest = digests[marker.demo] if digests is not None else demos[marker.demo].digest()
-            return "\n\n" + results_block(marker.demo, records, digest, page_dir) + "\n\n"
+            link = code_link(demos[marker.demo], page_dir) if marker.demo in demos else ""
+            return "\n\n" + link + "\n\n" + results_block(marker.demo, records, digest, page_dir) + "\n\n"
         if marker.kind == "metric":
             return metric_text(marker, records)
         return claim_text(marker, records)
