@@ -183,6 +183,11 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
                 report.error(f"{marker.source}: no demo named {marker.demo!r}")
                 continue
             recs = records.get(marker.demo, {})
+            if marker.kind == "artifact":
+                if marker.device in recs and marker.artifact not in recs[marker.device]["artifacts"]:
+                    report.error(f"{marker.source}: the {catalog.device_label(marker.device)} record of "
+                                 f"{marker.demo} has no artifact {marker.artifact!r}")
+                continue
             # A referenced metric must exist in every record of the devices the marker targets; a
             # device without a record yet (a GPU, usually) cannot be checked and shows "not measured".
             refs = [marker.metric] if marker.kind == "metric" else [s for s in (marker.lhs, marker.rhs)

@@ -4,6 +4,8 @@
     {{ metric DEMO NAME[:fraction] @DEVICE }}  one value, with unit and device
     {{ claim DEMO @DEVICE LHS OP RHS }}        a checked claim; OP is < <= > >=;
                                                LHS/RHS: NAME[:fraction], a number, or NUMBER * NAME
+    {{ artifact DEMO NAME @DEVICE }}           a text artifact of the record (an IR dump, a graph),
+                                               in a collapsible code block
 
 DEVICE is a device class (cpu, h100, h200, ...); a claim may also say @gpu (every GPU with a
 record). Markers inside code (fenced blocks or `inline code`) are left alone, so pages can show
@@ -16,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-MARKER = re.compile(r"\{\{\s*(results|metric|claim)\b(.*?)\}\}")
+MARKER = re.compile(r"\{\{\s*(results|metric|claim|artifact)\b(.*?)\}\}")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})")
 INLINE_CODE = re.compile(r"(`+).+?\1")
 OPS = ("<=", ">=", "<", ">")
@@ -40,11 +42,12 @@ class MetricRef:
 
 @dataclass(frozen=True)
 class Marker:
-    kind: str  # results | metric | claim
+    kind: str  # results | metric | claim | artifact
     demo: str
     source: str  # the marker as written
     device: str | None = None
     metric: MetricRef | None = None
+    artifact: str | None = None
     lhs: MetricRef | float | None = None
     op: str | None = None
     rhs: MetricRef | float | None = None
@@ -77,6 +80,11 @@ def parse(kind: str, body: str, source: str) -> Marker:
         if not m:
             raise MarkerError(f"{source}: write {{{{ metric DEMO NAME @DEVICE }}}} (NAME may end in :fraction)")
         return Marker("metric", m.group(1), source, device=m.group(4), metric=MetricRef(m.group(2), bool(m.group(3))))
+    if kind == "artifact":
+        m = re.fullmatch(rf"\s*({NAME})\s+({NAME})\s+@({NAME})\s*", body)
+        if not m:
+            raise MarkerError(f"{source}: write {{{{ artifact DEMO NAME @DEVICE }}}}")
+        return Marker("artifact", m.group(1), source, device=m.group(3), artifact=m.group(2))
     m = re.fullmatch(rf"\s*({NAME})\s+@({NAME})\s+(.+?)\s*", body)
     if not m:
         raise MarkerError(f"{source}: write {{{{ claim DEMO @DEVICE LHS OP RHS }}}}")

@@ -217,6 +217,19 @@ def metric_text(marker: Marker, records: dict[str, dict]) -> str:
     return f'<span class="mm-value" title="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
 
 
+def artifact_block(marker: Marker, records: dict[str, dict]) -> str:
+    """A record's text artifact as a collapsible code block; the fence outgrows any backtick run
+    in the text, so the artifact cannot close it and escape into the page."""
+    label = catalog.device_label(marker.device)
+    rec = records.get(marker.device)
+    text = None if rec is None else rec["artifacts"].get(marker.artifact)
+    if text is None:
+        return f'\n\n!!! note "{esc(marker.artifact)}"\n    Not yet measured on {esc(label)}.\n\n'
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    body = _indent(f"{fence}text\n{text.rstrip()}\n{fence}")
+    return f'\n\n??? example "{esc(marker.artifact)} ({esc(label)}, from the record)"\n\n{body}\n\n'
+
+
 def claim_text(marker: Marker, records: dict[str, dict]) -> str:
     verdicts = judge(marker, records)
     chips = []
@@ -255,6 +268,8 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
             return "\n\n" + link + "\n\n" + results_block(marker.demo, records, digest, page_dir) + "\n\n"
         if marker.kind == "metric":
             return metric_text(marker, records)
+        if marker.kind == "artifact":
+            return artifact_block(marker, records)
         return claim_text(marker, records)
 
     return substitute(markdown, render, page_src_uri)

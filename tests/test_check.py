@@ -142,3 +142,9 @@ def test_check_on_the_repository_is_fast(capsys):
     started = time.perf_counter()
     check.main([])
     assert time.perf_counter() - started < 30
+
+
+def test_unknown_artifact_fails(site, capsys):
+    code, _ = site("{{ artifact kernel_fusion no_such_dump @cpu }}")
+    assert code == 1
+    assert "has no artifact 'no_such_dump'" in capsys.readouterr().err

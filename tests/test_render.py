@@ -142,3 +142,13 @@ def test_plot_files_are_svg():
     files = render.plot_files("kernel_fusion", {"cpu": make_record()})
     assert [p for p, _ in files] == ["assets/plots/kernel_fusion/cpu-chain.svg"]
     assert files[0][1].lstrip().startswith("<?xml") and "<svg" in files[0][1]
+
+
+def test_artifact_marker_shows_the_text_in_a_fence_it_cannot_escape():
+    rec = make_record()
+    rec["artifacts"]["graph"] = "x = add(a, b)\n```\n<script>alert(1)</script>\n```"
+    html = site_markdown(page("{{ artifact kernel_fusion graph @cpu }}", {"cpu": rec}))
+    assert "<script" not in html and "&lt;script&gt;" in html
+    assert "x = add(a, b)" in html and "<details" in html
+    missing = page("{{ artifact kernel_fusion graph @h100 }}", {"cpu": rec})
+    assert "Not yet measured on H100" in missing
