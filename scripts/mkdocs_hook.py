@@ -3,7 +3,9 @@
 - on_files (before the plugins): add every demo's source as a page, which mkdocs-jupyter renders
   as a notebook (source only, never executed), plus its .ipynb for download; draw every record's
   plots (SVG) and add them as generated files.
-- on_page_markdown: replace the {{ results }}, {{ metric }} and {{ claim }} markers of a page.
+- on_page_markdown: expand the generated parts (<!-- mm:... --> placeholders: topic map, study
+  plans, cheat sheet, glossary, practice cards; scripts/site_pages.py), then replace the
+  {{ results }}, {{ metric }}, {{ claim }} and {{ artifact }} markers of a page.
 - on_page_content: give a demo's notebook page its download links, run command and topic links.
 A malformed record or a bad marker stops the build with one line naming the file and the field.
 """
@@ -21,7 +23,9 @@ from mkdocs.plugins import event_priority  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
 from demos.harness.record import RecordError  # noqa: E402
-from scripts import catalog, render  # noqa: E402
+import markdown as python_markdown  # noqa: E402
+
+from scripts import catalog, render, site_pages  # noqa: E402
 from scripts.markers import MarkerError  # noqa: E402
 
 
@@ -43,8 +47,14 @@ def on_files(files, config):
 
 
 def on_page_markdown(markdown, page, config, files):
+    src_uri = page.file.src_uri
+
+    def to_html(fragment: str, topic) -> str:  # a fragment of a topic page, for practice cards
+        md = python_markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
+        return md.convert(render.render_page(fragment, src_uri))
+
     try:
-        return render.render_page(markdown, page.file.src_uri)
+        return render.render_page(site_pages.expand(markdown, src_uri, to_html), src_uri)
     except (RecordError, MarkerError, ValueError) as e:
         raise PluginError(str(e)) from None
 
@@ -53,6 +63,7 @@ def on_page_content(html, page, config, files):
     demo = render.demo_of_page(page.file.src_uri)
     if demo is None:
         return html
-    if config.get("repo_url"):  # the source lives outside docs/, so "edit this page" must point there
-        page.edit_url = f"{config['repo_url'].rstrip('/')}/edit/main/{page.file.src_uri}"
+    edit_uri = config.get("edit_uri") or ""
+    if edit_uri.endswith("/docs/"):  # the demo lives outside docs/, so "edit this page" must point there
+        page.edit_url = edit_uri.removesuffix("docs/") + page.file.src_uri
     return render.demo_page_header(demo, page.file.src_uri) + html

@@ -1,0 +1,190 @@
+"""Pages generated from the topic pages, never a second copy of them.
+
+- the home page's topic map and study plans (docs/curriculum.yml + each page's front matter);
+- the cheat sheet: every topic's 30-second answer, in one printable page;
+- the practice cards: every question and follow-up, with its answer, as JSON for docs/assets/practice.js;
+- the glossary page, from docs/includes/glossary.md (the same file that makes the tooltips).
+
+A page asks for one with an HTML comment placeholder (<!-- mm:topic-map -->, ...), which
+``expand`` replaces; the markers of scripts/markers.py are expanded after that, as on any page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from demos.harness.cli import REPO_ROOT
+
+DOCS = REPO_ROOT / "docs"
+FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
+PLACEHOLDER = re.compile(r"<!--\s*mm:([a-z-]+)\s*-->")
+QUESTION = re.compile(r"^\s*[-*]\s+(.+?)\s*\((easy|medium|hard)\)\s*$")
+FOLLOW_UP = re.compile(r'^\?\?\?\+?\s+question\s+"(.+)"\s*$')
+
+
+@dataclass
+class TopicPage:
+    src_uri: str  # topics/kernel-fusion.md
+    title: str
+    topic: str  # T3
+    difficulty: str
+    tags: list[str]
+    demos: list[str]
+    sections: dict[str, str]  # H2 title -> its Markdown
+    questions: list[tuple[str, str]] = field(default_factory=list)  # (question, difficulty)
+    follow_ups: list[tuple[str, str]] = field(default_factory=list)  # (question, answer Markdown)
+
+
+def _dedent(lines: list[str]) -> str:
+    return "\n".join(line[4:] if line.startswith("    ") else line.strip() for line in lines).strip()
+
+
+def parse_topic(path: Path) -> TopicPage:
+    text = path.read_text(encoding="utf-8")
+    m = FRONT_MATTER.match(text)
+    meta = (yaml.safe_load(m.group(1)) if m else None) or {}
+    body = text[m.end():] if m else text
+    headings = re.findall(r"^## +(.+?)\s*$", body, re.M)
+    sections = dict(zip(headings, (s.strip("\n") for s in re.split(r"^## +.+$", body, flags=re.M)[1:])))
+    page = TopicPage(
+        src_uri=f"topics/{path.name}", title=str(meta.get("title", path.stem)), topic=str(meta.get("topic", "")),
+        difficulty=str(meta.get("difficulty", "")), tags=list(meta.get("tags") or []),
+        demos=list(meta.get("demos") or []), sections=sections)
+    for line in sections.get("Questions", "").splitlines():
+        q = QUESTION.match(line)
+        if q:
+            page.questions.append((q.group(1), q.group(2)))
+    lines = sections.get("Follow-up questions", "").splitlines()
+    i = 0
+    while i < len(lines):
+        f = FOLLOW_UP.match(lines[i])
+        i += 1
+        if f:
+            answer = []
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                answer.append(lines[i])
+                i += 1
+            page.follow_ups.append((f.group(1), _dedent(answer)))
+    return page
+
+
+def topic_pages(docs: Path = DOCS) -> list[TopicPage]:
+    return sorted((parse_topic(p) for p in (docs / "topics").glob("*.md")),
+                  key=lambda t: (int(t.topic[1:]) if t.topic[1:].isdigit() else 99, t.title))
+
+
+@cache
+def curriculum(docs: Path = DOCS) -> dict:
+    return yaml.safe_load((docs / "curriculum.yml").read_text(encoding="utf-8"))
+
+
+def _link(page: TopicPage, from_dir: str) -> str:
+    return posixpath.relpath(page.src_uri, from_dir or ".")
+
+
+# -- home page ------------------------------------------------------------------------------------------
+def topic_map(from_dir: str, docs: Path = DOCS) -> str:
+    pages = topic_pages(docs)
+    rows = ["| topic | area | pages | difficulty |", "|---|---|---|---|"]
+    for tid, info in curriculum(docs)["topics"].items():
+        mine = [p for p in pages if p.topic == tid]
+        links = ", ".join(f"[{p.title}]({_link(p, from_dir)})" for p in mine) or "*coming*"
+        levels = ", ".join(sorted({p.difficulty for p in mine})) or "–"
+        rows.append(f"| {tid}. {info['title']} | {info['area']} | {links} | {levels} |")
+    return "\n".join(rows)
+
+
+def study_plans(from_dir: str, docs: Path = DOCS) -> str:
+    pages = topic_pages(docs)
+    out = []
+    for plan in curriculum(docs)["plans"]:
+        out.append(f"### {plan['name']}\n\n{plan['blurb']}\n")
+        for n, step in enumerate(plan["steps"], 1):
+            info = curriculum(docs)["topics"][step["topic"]]
+            mine = [p for p in pages if p.topic == step["topic"]]
+            target = ", ".join(f"[{p.title}]({_link(p, from_dir)})" for p in mine) or f"{info['title']} *(coming)*"
+            out.append(f"{n}. {target}: {step['why']}")
+        out.append("")
+    return "\n".join(out)
+
+
+# -- cheat sheet ----------------------------------------------------------------------------------------------
+def cheat_sheet(from_dir: str, docs: Path = DOCS) -> str:
+    out = []
+    for p in topic_pages(docs):
+        questions = "; ".join(q for q, _ in p.questions[:2])
+        out.append(f"## {p.topic}. {p.title}\n\n*{questions}* ([full answer]({_link(p, from_dir)}))\n\n"
+                   f"{p.sections.get('30-second answer', '').strip()}\n")
+    return "\n".join(out) or "No topic pages yet."
+
+
+# -- practice cards ---------------------------------------------------------------------------------------------
+def card_id(page: TopicPage, question: str) -> str:
+    return hashlib.sha1(f"{page.src_uri}\n{question}".encode()).hexdigest()[:12]
+
+
+def practice_cards(to_html, from_dir: str, docs: Path = DOCS) -> list[dict]:
+    """Every question (answer: the 30-second answer) and follow-up (its answer) of every topic page.
+
+    ``to_html(markdown, page)`` turns a Markdown fragment of a page into HTML (markers expanded)."""
+    cards = []
+    for p in topic_pages(docs):
+        url = posixpath.relpath(p.src_uri.removesuffix(".md"), from_dir or ".") + "/"
+        base = {"topic": p.topic, "topic_title": p.title, "url": url}
+        short = to_html(p.sections.get("30-second answer", ""), p)
+        for question, difficulty in p.questions:
+            cards.append({**base, "id": card_id(p, question), "kind": "question", "difficulty": difficulty,
+                          "question": html.escape(question), "answer": short})
+        for question, answer in p.follow_ups:
+            cards.append({**base, "id": card_id(p, question), "kind": "follow-up", "difficulty": p.difficulty,
+                          "question": html.escape(question), "answer": to_html(answer, p)})
+    return cards
+
+
+def cards_script(cards: list[dict]) -> str:
+    """The cards as an inline JSON script: no second request, works offline. '</' is escaped so the
+    data cannot close the script element."""
+    data = json.dumps(cards, ensure_ascii=False).replace("</", "<\\/")
+    return f'<script type="application/json" id="mm-cards">{data}</script>'
+
+
+# -- glossary -----------------------------------------------------------------------------------------------------
+def glossary_terms(docs: Path = DOCS) -> list[tuple[str, str]]:
+    text = (docs / "includes" / "glossary.md").read_text(encoding="utf-8")
+    return re.findall(r"^\*\[(.+?)\]:\s*(.+?)\s*$", text, re.M)
+
+
+def glossary_table(docs: Path = DOCS) -> str:
+    rows = ["| term | meaning |", "|---|---|"]
+    rows += [f"| **{term}** | {meaning} |" for term, meaning in sorted(glossary_terms(docs), key=lambda t: t[0].lower())]
+    return "\n".join(rows)
+
+
+# -- placeholders ---------------------------------------------------------------------------------------------------
+def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) -> str:
+    from_dir = posixpath.dirname(page_src_uri)
+
+    def one(m: re.Match) -> str:
+        name = m.group(1)
+        if name == "topic-map":
+            return topic_map(from_dir, docs)
+        if name == "study-plans":
+            return study_plans(from_dir, docs)
+        if name == "cheat-sheet":
+            return cheat_sheet(from_dir, docs)
+        if name == "glossary":
+            return glossary_table(docs)
+        if name == "practice-cards":
+            return cards_script(practice_cards(to_html, from_dir, docs))
+        raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")
+
+    return PLACEHOLDER.sub(one, markdown)
