@@ -19,7 +19,7 @@ export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup serve build test pytest regen regen-stale check clean
+.PHONY: help setup browser serve build test pytest regen regen-stale check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -32,6 +32,11 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 setup: $(VENV)/.installed  ## create .venv with every pinned dependency (torch first)
+
+browser:  ## install Debian's chromium for the browser tests (never a Playwright browser download)
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
 
 serve: setup  ## build and serve the site at http://127.0.0.1:8000 (committed measurements)
 	$(PY) -m mkdocs serve -a 127.0.0.1:8000

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,14 @@ def write_record(results_dir: Path, rec: dict) -> Path:
 @pytest.fixture
 def record_factory():
     return make_record
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory):
+    """The site built once per test session with `mkdocs build --strict`: (folder, seconds)."""
+    site = tmp_path_factory.mktemp("site")
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return site, time.perf_counter() - started
