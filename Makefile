@@ -33,8 +33,8 @@ $(VENV)/.installed: requirements.txt
 
 setup: $(VENV)/.installed  ## create .venv with every pinned dependency (torch first)
 
-browser:  ## install Debian's chromium for the browser tests (never a Playwright browser download)
-	@command -v chromium >/dev/null || { \
+browser:  ## install Debian's chromium for the browser tests, unless CHROMIUM names a browser (never a Playwright download)
+	@[ -x "$${CHROMIUM:-/usr/bin/chromium}" ] || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
 
