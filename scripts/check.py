@@ -24,6 +24,7 @@ from scripts import catalog
 from scripts.claims import judge, target_devices
 from scripts.markers import MarkerError, find
 from scripts.render import fmt_number
+from scripts.site_pages import FRONT_MATTER, split_sections
 
 DOCS_DIR = REPO_ROOT / "docs"
 REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
@@ -119,8 +120,6 @@ def check_plausibility(report: Report, records: dict[str, dict]) -> None:
 
 
 # -- pages ----------------------------------------------------------------------------------------------
-FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
-
 
 def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str, catalog.Demo]) -> None:
     """Front matter and the curriculum's sections, in order, with the collapsible parts collapsible."""
@@ -146,7 +145,7 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
         if demo not in demos:
             report.error(f"{where}: front matter names demo {demo!r}, which does not exist under demos/")
 
-    headings = re.findall(r"^## +(.+?)\s*$", text, re.M)
+    headings, sections = split_sections(text)
     missing = [s for s in REQUIRED_SECTIONS if s not in headings]
     if missing:
         report.error(f"{where}: missing section(s) {', '.join('## ' + s for s in missing)} (required, in order: "
@@ -154,7 +153,14 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
     present = [h for h in headings if h in REQUIRED_SECTIONS]
     if not missing and present != REQUIRED_SECTIONS:
         report.error(f"{where}: sections out of order; expected {', '.join(REQUIRED_SECTIONS)}")
-    sections = dict(zip(headings, re.split(r"^## +.+$", text, flags=re.M)[1:]))
+    if "Questions" in sections:
+        bullets = [line.strip() for line in sections["Questions"].splitlines() if re.match(r"\s*[-*] ", line)]
+        if not bullets:
+            report.error(f"{where}: '## Questions' lists no question; write '- The question? (medium)'")
+        for line in bullets:
+            if not re.search(r"\((easy|medium|hard)\)\s*$", line):
+                report.error(f"{where}: question without a difficulty: {line[:70]!r}; end it with (easy), (medium) "
+                             "or (hard)")
     if "Full answer" in sections and "??? " not in sections["Full answer"]:
         report.error(f"{where}: '## Full answer' must be collapsible: put it in a '??? abstract \"Full model answer\"' block")
     if "Follow-up questions" in sections and "??? question" not in sections["Follow-up questions"]:
@@ -207,6 +213,15 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
     return claims
 
 
+def check_todos(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) -> None:
+    """Scaffolded text still to write: a warning per file, with the first line to look at."""
+    files = sorted((docs_dir / "topics").glob("*.md")) + [d.path for d in demos.values()]
+    for path in files:
+        lines = [i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if "TODO" in line]
+        if lines:
+            report.warn(f"{rel(path)}:{lines[0]}: {len(lines)} TODO marker(s) left to write")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="check", description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
@@ -223,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     check_freshness(report, demos, records)
     check_plausibility(report, records)
     claims = check_pages(report, demos, records, args.docs_dir)
+    check_todos(report, demos, args.docs_dir)
 
     for w in report.warnings:
         print(f"warning: {w}")

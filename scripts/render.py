@@ -179,15 +179,9 @@ def demo_of_page(src_uri: str) -> catalog.Demo | None:
 
 def topics_showing(demo: str) -> list[tuple[str, str]]:
     """(src_uri, title) of every topic page whose front matter lists the demo."""
-    import yaml
+    from scripts.site_pages import topic_pages
 
-    found = []
-    for path in sorted((catalog.REPO_ROOT / "docs" / "topics").glob("*.md")):
-        m = re.match(r"\A---\n(.*?)\n---\n", path.read_text(encoding="utf-8"), re.S)
-        meta = yaml.safe_load(m.group(1)) if m else {}
-        if demo in (meta or {}).get("demos", []):
-            found.append((f"topics/{path.name}", str(meta.get("title", path.stem))))
-    return found
+    return [(p.src_uri, p.title) for p in topic_pages() if demo in p.demos]
 
 
 def demo_page_header(demo: catalog.Demo, page_src_uri: str) -> str:

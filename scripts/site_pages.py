@@ -48,13 +48,17 @@ def _dedent(lines: list[str]) -> str:
     return "\n".join(line[4:] if line.startswith("    ") else line.strip() for line in lines).strip()
 
 
+def split_sections(text: str) -> tuple[list[str], dict[str, str]]:
+    """The H2 headings of a page, in order, and each one's Markdown."""
+    headings = re.findall(r"^## +(.+?)\s*$", text, re.M)
+    return headings, dict(zip(headings, (s.strip("\n") for s in re.split(r"^## +.+$", text, flags=re.M)[1:])))
+
+
 def parse_topic(path: Path) -> TopicPage:
     text = path.read_text(encoding="utf-8")
     m = FRONT_MATTER.match(text)
     meta = (yaml.safe_load(m.group(1)) if m else None) or {}
-    body = text[m.end():] if m else text
-    headings = re.findall(r"^## +(.+?)\s*$", body, re.M)
-    sections = dict(zip(headings, (s.strip("\n") for s in re.split(r"^## +.+$", body, flags=re.M)[1:])))
+    _, sections = split_sections(text[m.end():] if m else text)
     page = TopicPage(
         src_uri=f"topics/{path.name}", title=str(meta.get("title", path.stem)), topic=str(meta.get("topic", "")),
         difficulty=str(meta.get("difficulty", "")), tags=list(meta.get("tags") or []),

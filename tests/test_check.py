@@ -148,3 +148,16 @@ def test_unknown_artifact_fails(site, capsys):
     code, _ = site("{{ artifact kernel_fusion no_such_dump @cpu }}")
     assert code == 1
     assert "has no artifact 'no_such_dump'" in capsys.readouterr().err
+
+
+def test_question_needs_a_difficulty(site, capsys):
+    code, _ = site(page=TOPIC.replace("- Why? (easy)", "- Why?"))
+    assert code == 1
+    assert "question without a difficulty: '- Why?'" in capsys.readouterr().err
+
+
+def test_todo_markers_are_warnings(site, capsys):
+    code, _ = site(page=TOPIC.replace("- Saying so.", "- TODO: a pitfall."))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "t.md:" in out.out and "1 TODO marker(s) left to write" in out.out
