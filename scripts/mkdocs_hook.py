@@ -46,8 +46,12 @@ def on_files(files, config):
     return files
 
 
+@event_priority(100)  # before the tags plugin reads page.meta
 def on_page_markdown(markdown, page, config, files):
     src_uri = page.file.src_uri
+    if src_uri.startswith("topics/") and page.meta.get("difficulty"):
+        tags = list(page.meta.get("tags") or [])
+        page.meta["tags"] = [*tags, f"difficulty: {page.meta['difficulty']}"]
 
     def to_html(fragment: str, topic) -> str:  # a fragment of a topic page, for practice cards
         md = python_markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
