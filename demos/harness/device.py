@@ -140,7 +140,9 @@ def keep_freed_host_memory() -> str | None:
     Without it, a CPU eager chain's large temporaries are sometimes served by fresh pages that
     fault in one by one, sometimes by reused ones, depending on the heap's history: the same
     add + LayerNorm + GELU measured 6 ms in one process and 20 ms in the next. With it, CPU runs
-    measure the kernels, not the allocator's mood.
+    measure the kernels, not the allocator's mood. mmap is switched off entirely (M_MMAP_MAX=0),
+    because glibc caps the mmap threshold at 32 MiB and larger blocks would still be mapped
+    fresh on every allocation.
     """
     import ctypes
 
@@ -148,9 +150,9 @@ def keep_freed_host_memory() -> str | None:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return None
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    ok = libc.mallopt(m_mmap_threshold, 32 * 2**20) and libc.mallopt(m_trim_threshold, 2**31 - 1)
-    return "glibc mallopt: M_MMAP_THRESHOLD=32MiB, M_TRIM_THRESHOLD=2GiB" if ok else None
+    m_trim_threshold, m_mmap_max = -1, -4
+    ok = libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)
+    return "glibc mallopt: M_MMAP_MAX=0 (no mmap), M_TRIM_THRESHOLD=2GiB" if ok else None
 
 
 def use_triton_interpreter_on_cpu(device: Device) -> None:

@@ -50,6 +50,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_llc_bytes() -> int | None:
+    """Size of the CPU's last-level cache (Linux sysfs), or None where it cannot be read."""
+    import glob
+
+    best = None
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            level = int(open(f"{index}/level").read())
+            size = open(f"{index}/size").read().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        value = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+        if best is None or level > best[0]:
+            best = (level, value)
+    return best[1] if best else None
+
+
 def nvidia_driver() -> str | None:
     try:
         out = subprocess.run(
@@ -71,6 +89,7 @@ def collect(device, torch_module) -> dict:
         "device_kind": device.kind,
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_llc_mib": (cpu_llc_bytes() or 0) / 2**20 or None,
         "torch_threads": torch_module.get_num_threads(),
         "os": platform.platform(),
         "python": sys.version.split()[0],

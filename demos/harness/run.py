@@ -13,6 +13,7 @@ leaves the previous record untouched.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import os
 import shutil
@@ -80,9 +81,14 @@ class Run:
     def torch_device(self) -> torch.device:
         return self.device.torch_device
 
-    def time(self, fn) -> Timing:
-        """Time fn() with the harness protocol (first call apart, warm-up, repeats, L2 flush on GPU)."""
-        return measure(fn, self.device, self.settings)
+    def time(self, fn, flush: bool | None = None) -> Timing:
+        """Time fn() with the harness protocol (first call apart, warm-up, repeats, L2 flush on GPU).
+
+        ``flush=False`` times back-to-back calls without the L2 flush: on a GPU the queued flush
+        gives the host time to run ahead, hiding per-call host overhead (guards, wrappers,
+        launches); without it that overhead shows whenever it exceeds the kernel's time."""
+        settings = self.settings if flush is None else dataclasses.replace(self.settings, flush_l2=flush)
+        return measure(fn, self.device, settings)
 
     def first_call(self, fn):
         """Call fn() once, synchronised: (its output, seconds). For a torch.compile'd function on a new

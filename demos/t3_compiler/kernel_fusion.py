@@ -1,20 +1,23 @@
 # %% [markdown]
-# # Kernel fusion: bias + GELU, and add + LayerNorm + GELU
+# # Kernel fusion: bias + activation, and add + LayerNorm + GELU
 #
-# A chain of elementwise and normalization ops is memory-bound: each op reads its input from
-# memory and writes its output back. Fusing the chain into one kernel keeps the intermediates in
-# registers, so only the chain's true inputs and outputs move. This demo measures that saving for
-# three implementations of each chain: PyTorch eager (one kernel per op), `torch.compile`
-# (TorchInductor generates the fused kernel), and a hand-written Triton kernel.
+# A chain of elementwise and normalization ops does little arithmetic per byte: each op reads its
+# input from memory and writes its output back. Fusing the chain into one kernel keeps the
+# intermediates in registers, so only the chain's true inputs and outputs move. This demo measures
+# that saving for three implementations of each chain: PyTorch eager (one kernel per op),
+# `torch.compile` (TorchInductor generates the fused kernel), and a hand-written Triton kernel.
 #
-# Every variant is first checked against a float64 reference on fresh random inputs; then each is
-# timed across sizes and its *effective bandwidth* (the bytes the chain must move, divided by the
-# time) is compared with this machine's copy bandwidth, measured in the same run.
+# Three chains: bias + ReLU (almost no arithmetic: the memory-bound control), bias + exact GELU
+# (an erf per element), and add + LayerNorm + GELU (a row reduction). Every variant is first
+# checked against a float64 reference on fresh random inputs; then each is timed across sizes and
+# its *effective bandwidth* (the bytes the chain must move, divided by the time) is compared with
+# this machine's copy bandwidth, measured in the same run.
 
 # %%
 import torch
 import torch.nn.functional as F
 
+from demos.harness.provenance import cpu_llc_bytes
 from demos.harness.run import start
 
 run = start(
@@ -22,25 +25,32 @@ run = start(
     title="Kernel fusion: eager vs torch.compile vs Triton",
     sizes={  # (rows, hidden) shapes; hidden stays fixed like a model's width
         "tiny": [(64, 256), (256, 256)],
-        "small": [(64, 1024), (256, 1024), (1024, 1024), (4096, 1024)],
+        "small": [(64, 1024), (256, 1024), (1024, 1024), (4096, 1024), (16384, 1024)],
         "full": [(256, 4096), (1024, 4096), (4096, 4096), (16384, 4096), (65536, 4096)],
     },
 )
 device = run.torch_device
 dtype = torch.bfloat16 if run.device.is_gpu else torch.float32  # what models use on each
 EPS = 1e-5
+RAGGED = (37, 1000)  # checked, not timed: no dimension a multiple of any block size, so masks matter
 
-# Imported after start(): without a GPU, start() has switched Triton to its interpreter.
+# Imported after start(): without a GPU, start() has switched Triton to its interpreter (Inductor's
+# utilities import Triton too).
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from torch._inductor.utils import run_and_get_code  # noqa: E402
 
 # %% [markdown]
 # ## The implementations
 #
 # **Eager** is what you write in PyTorch. `x + b` launches one kernel and writes a temporary the
-# size of `x`; `gelu` launches a second that reads it back.
+# size of `x`; the activation launches a second that reads it back.
 
 # %%
+def bias_relu_eager(x, b):
+    return F.relu(x + b)
+
+
 def bias_gelu_eager(x, b):
     return F.gelu(x + b)
 
@@ -50,43 +60,59 @@ def add_ln_gelu_eager(x, residual, weight, bias):
 
 
 # %% [markdown]
-# **torch.compile** traces the same Python function into a graph, and TorchInductor emits one fused
-# kernel per chain (Triton on a GPU, C++/OpenMP on a CPU). `dynamic=False` specializes every shape,
-# so each new size pays a compile on its first call; the harness reports that first call apart.
+# **torch.compile** traces the same Python functions into graphs, and TorchInductor emits fused
+# kernels (Triton on a GPU, C++/OpenMP on a CPU). `fullgraph=True` makes a graph break an error
+# rather than a silent fallback; `dynamic=False` specializes every shape, so each new size pays a
+# compile on its first call, which the harness reports apart. The recompile limit is raised so a
+# new size can never silently fall back to eager.
 
 # %%
-bias_gelu_compiled = torch.compile(bias_gelu_eager, dynamic=False)
-add_ln_gelu_compiled = torch.compile(add_ln_gelu_eager, dynamic=False)
+torch._dynamo.config.recompile_limit = 64  # default 8; this demo compiles one graph per shape
+bias_relu_compiled = torch.compile(bias_relu_eager, dynamic=False, fullgraph=True)
+bias_gelu_compiled = torch.compile(bias_gelu_eager, dynamic=False, fullgraph=True)
+add_ln_gelu_compiled = torch.compile(add_ln_gelu_eager, dynamic=False, fullgraph=True)
 
 
 # %% [markdown]
-# **Triton, by hand.** Bias + GELU is purely elementwise: each program handles `BLOCK` consecutive
-# elements and finds its bias entry by `offset % hidden`. The LayerNorm chain needs a row reduction,
-# so each program owns one whole row: it loads the row once, computes mean and variance in fp32
-# registers, normalizes, applies GELU, and writes the row once.
+# **Triton, by hand.** Bias + activation is purely elementwise: each program handles `BLOCK`
+# consecutive elements and finds its bias entry by `offset % hidden`; the activation is a
+# compile-time switch. The LayerNorm chain needs a row reduction, so each program owns one whole
+# row: it loads the row once, computes mean and variance in fp32 registers, normalizes, applies
+# GELU, and writes the row once. Offsets are 64-bit, so tensors past 2^31 elements stay correct.
 
 # %%
 @triton.jit
-def bias_gelu_kernel(x_ptr, b_ptr, y_ptr, n_elements, hidden, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def bias_act_kernel(x_ptr, b_ptr, y_ptr, n_elements, hidden, GELU: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n_elements
     h = tl.load(x_ptr + offsets, mask=mask).to(tl.float32) + tl.load(b_ptr + offsets % hidden, mask=mask).to(
         tl.float32
     )
-    y = 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))  # exact GELU, as F.gelu's default
+    if GELU:
+        y = 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))  # exact GELU, as F.gelu's default
+    else:
+        y = tl.maximum(h, 0.0)
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def bias_gelu_triton(x, b):
+def bias_act_triton(x, b, gelu: bool):
     y = torch.empty_like(x)
     n = x.numel()
-    bias_gelu_kernel[(triton.cdiv(n, 1024),)](x, b, y, n, x.shape[-1], BLOCK=1024, num_warps=4)
+    bias_act_kernel[(triton.cdiv(n, 1024),)](x, b, y, n, x.shape[-1], GELU=gelu, BLOCK=1024, num_warps=4)
     return y
+
+
+def bias_relu_triton(x, b):
+    return bias_act_triton(x, b, gelu=False)
+
+
+def bias_gelu_triton(x, b):
+    return bias_act_triton(x, b, gelu=True)
 
 
 @triton.jit
 def add_ln_gelu_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, hidden, eps, BLOCK: tl.constexpr):
-    row_start = tl.program_id(0) * hidden
+    row_start = tl.program_id(0).to(tl.int64) * hidden
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
     h = tl.load(x_ptr + row_start + cols, mask=mask, other=0.0).to(tl.float32)
@@ -114,16 +140,27 @@ def add_ln_gelu_triton(x, residual, weight, bias):
 #
 # The *must-move* bytes are the chain's inputs plus its output: what a perfectly fused kernel
 # moves. Eager moves more, because every intermediate makes a round trip through memory:
-# bias + GELU writes and re-reads one temporary (about 2x the must-move bytes); add + LayerNorm +
-# GELU writes and re-reads two (7/3, about 2.3x), or 8/3 if LayerNorm re-reads its input from
-# memory for the second pass.
+# bias + activation writes and re-reads one temporary (about 2x the must-move bytes); add +
+# LayerNorm + GELU writes and re-reads two (7/3, about 2.3x), or 8/3 if LayerNorm's second pass
+# re-reads its input from DRAM rather than from cache.
 
 # %%
+def bias_inputs(m, n):
+    return torch.randn(m, n, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype)
+
+
 CHAINS = {
+    "bias_relu": {
+        "title": "bias + ReLU",
+        "variants": {"eager": bias_relu_eager, "compiled": bias_relu_compiled, "triton": bias_relu_triton},
+        "inputs": bias_inputs,
+        "reference": lambda x, b: F.relu(x.double() + b.double()),
+        "must_move": lambda m, n, e: (2 * m * n + n) * e,  # read x and b, write y
+    },
     "bias_gelu": {
         "title": "bias + GELU",
         "variants": {"eager": bias_gelu_eager, "compiled": bias_gelu_compiled, "triton": bias_gelu_triton},
-        "inputs": lambda m, n: (torch.randn(m, n, device=device, dtype=dtype), torch.randn(n, device=device, dtype=dtype)),
+        "inputs": bias_inputs,
         "reference": lambda x, b: F.gelu(x.double() + b.double()),
         "must_move": lambda m, n, e: (2 * m * n + n) * e,  # read x and b, write y
     },
@@ -136,7 +173,8 @@ CHAINS = {
             1 + 0.1 * torch.randn(n, device=device, dtype=dtype),
             0.1 * torch.randn(n, device=device, dtype=dtype),
         ),
-        "reference": lambda x, r, w, b: F.gelu(F.layer_norm(x.double() + r.double(), (x.shape[-1],), w.double(), b.double(), EPS)),
+        "reference": lambda x, r, w, b: F.gelu(F.layer_norm(x.double() + r.double(), (x.shape[-1],), w.double(),
+                                                            b.double(), EPS)),
         "must_move": lambda m, n, e: (3 * m * n + 2 * n) * e,  # read x, residual, weight, bias; write y
     },
 }
@@ -145,9 +183,10 @@ TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rto
 # %% [markdown]
 # ## Correctness first
 #
-# Each variant, at every size, against the float64 reference on fresh random inputs. Without a
-# GPU the Triton kernels run in Triton's interpreter, which is checked at the smallest size only:
-# the interpreter executes each program in NumPy, far too slowly for the big ones.
+# Each variant, at every size and at a ragged shape, against the float64 reference on fresh
+# random inputs. Without a GPU the Triton kernels run in Triton's interpreter, which is checked at
+# the smallest and the ragged shape only: the interpreter executes each program in NumPy, far too
+# slowly for the big ones.
 #
 # This is also each variant's first call at each shape, so its time is kept: for the compiled
 # variant it is the trace and compile (the caches start empty every run). Inductor's one-time
@@ -160,20 +199,37 @@ run.metric("inductor_startup_s", startup_s, "s", label="Inductor's one-time star
 
 first_call_s = {}  # (chain, variant, (m, n)) -> seconds
 for chain_name, chain in CHAINS.items():
-    for m, n in run.sizes:
+    for m, n in [*run.sizes, RAGGED]:
         inputs = chain["inputs"](m, n)  # fresh inputs, never the ones that get timed
         reference = chain["reference"](*inputs)
         for variant, fn in chain["variants"].items():
-            if variant == "triton" and not run.device.is_gpu and (m, n) != run.sizes[0]:
+            if variant == "triton" and not run.device.is_gpu and (m, n) not in (run.sizes[0], RAGGED):
                 continue
             out, first_call_s[chain_name, variant, (m, n)] = run.first_call(lambda: fn(*inputs))
             run.check_close(f"{chain_name}.{variant}.{m}x{n}", out, reference, **TOLERANCE)
 
 # %% [markdown]
+# ## What Inductor generated
+#
+# The claim "one fused kernel per chain" is checked, not assumed: Inductor's output code for each
+# chain at the smallest size is kept in the record, and its kernels are counted.
+
+# %%
+for chain_name, chain in CHAINS.items():
+    _, (code, *_) = run_and_get_code(chain["variants"]["compiled"], *chain["inputs"](*run.sizes[0]))
+    kernels = code.count("async_compile.cpp_pybinding(") + code.count("async_compile.triton(")
+    run.metric(f"{chain_name}.compiled.kernels", kernels, "kernels",
+               label=f"{chain['title']}: kernels in Inductor's generated code")
+    start_at = code.find("async_compile.")
+    run.artifact(f"{chain_name}.inductor_code", code[code.rfind("\n", 0, start_at) + 1:].strip())
+    run.log(f"  {chain_name}: Inductor generated {kernels} kernel(s)")
+
+# %% [markdown]
 # ## Measurement
 #
 # Steady state only: every variant has already run once at every shape (the checks above), so
-# compiles are done and the first-call times are kept apart.
+# compiles are done and the first-call times are kept apart. On a GPU the L2 cache is flushed
+# before every timed call; on CPU, the table says which sizes fit in the last-level cache.
 
 # %%
 if not run.device.is_gpu:
@@ -195,15 +251,17 @@ for chain_name, chain in CHAINS.items():
 
 # %% [markdown]
 # At the smallest sizes a fixed per-call cost can outweigh what fusion saves. To see that cost on
-# its own, time bias + GELU on a single row, where there is almost no data to move.
+# its own, time bias + GELU on a single row, where there is almost no data to move. These calls
+# run back to back without the L2 flush: on a GPU a queued flush would give the host time to run
+# ahead and hide exactly the per-call host work (guards, wrapper, launch) being measured.
 
 # %%
-one_row = CHAINS["bias_gelu"]["inputs"](1, run.sizes[0][1])
+one_row = bias_inputs(1, run.sizes[0][1])
 for variant in ("eager", "compiled"):
     fn = CHAINS["bias_gelu"]["variants"][variant]
     run.first_call(lambda: fn(*one_row))  # compile for this shape outside the timing
-    run.metric(f"bias_gelu.{variant}.one_row_us", run.time(lambda: fn(*one_row)).median_s * 1e6, "us",
-               label=f"bias + GELU, {variant}, one row of {run.sizes[0][1]}: median time per call")
+    run.metric(f"bias_gelu.{variant}.one_row_us", run.time(lambda: fn(*one_row), flush=False).median_s * 1e6, "us",
+               label=f"bias + GELU, {variant}, one row of {run.sizes[0][1]}: median time per call, back to back")
 
 # %% [markdown]
 # ## Results
@@ -214,23 +272,35 @@ for variant in ("eager", "compiled"):
 
 # %%
 copy_gbps = run.ceilings["copy_bandwidth"]["value"]
+llc = cpu_llc_bytes()
 variants_here = [v for v in ("eager", "compiled", "triton") if run.device.is_gpu or v != "triton"]
 smallest, largest = run.sizes[0], run.sizes[-1]
+
+
+def cache_note(nbytes: int) -> str:
+    if run.device.is_gpu:
+        return "L2 flushed"
+    if llc is None:
+        return "unknown"
+    return "fits in LLC" if nbytes <= llc else "exceeds LLC"
+
+
 for chain_name, chain in CHAINS.items():
     rows, lines = [], {}
     for m, n in run.sizes:
+        must_move = chain["must_move"](m, n, dtype.itemsize)
         eager_time = results[chain_name, "eager", (m, n)][0].median_s
         for variant in variants_here:
             timing, gbps = results[chain_name, variant, (m, n)]
-            rows.append([f"{m}x{n}", round(chain["must_move"](m, n, dtype.itemsize) / 1e6, 2), variant,
+            rows.append([f"{m}x{n}", round(must_move / 1e6, 2), cache_note(must_move), variant,
                          round(timing.median_s * 1e6, 1), f"{timing.p10_s * 1e6:.1f}-{timing.p90_s * 1e6:.1f}",
                          round(gbps, 1), round(100 * gbps / copy_gbps, 1), round(eager_time / timing.median_s, 2),
                          round(first_call_s[chain_name, variant, (m, n)] * 1e3, 1)])
             xs, ys = lines.setdefault(variant, ([], []))
-            xs.append(chain["must_move"](m, n, dtype.itemsize) / 1e6)
+            xs.append(must_move / 1e6)
             ys.append(gbps)
     run.table(chain_name, f"{chain['title']} ({str(dtype).removeprefix('torch.')})",
-              ["rows x hidden", "must move (MB)", "variant", "median (us)", "p10-p90 (us)", "GB/s",
+              ["rows x hidden", "must move (MB)", "cache", "variant", "median (us)", "p10-p90 (us)", "GB/s",
                "% of copy BW", "speedup vs eager", "first call (ms)"], rows)
     run.series(chain_name, f"{chain['title']}: effective bandwidth", "bytes the chain must move (MB)",
                "effective GB/s", lines, hlines={"copy bandwidth (same run)": copy_gbps}, x_log=True)
