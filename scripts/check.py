@@ -213,6 +213,39 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
     return claims
 
 
+def nav_entries(mkdocs_yml: Path) -> set[str]:
+    """Every file named in mkdocs.yml's nav."""
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, str):
+            found.add(node)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+
+    walk((yaml.safe_load(mkdocs_yml.read_text(encoding="utf-8")) or {}).get("nav", []))
+    return found
+
+
+def check_nav(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) -> None:
+    """Readers find pages through the navigation: every topic page and demo notebook must be in it."""
+    mkdocs_yml = docs_dir.parent / "mkdocs.yml"
+    if not mkdocs_yml.exists():
+        return
+    nav = nav_entries(mkdocs_yml)
+    for path in sorted((docs_dir / "topics").glob("*.md")):
+        if f"topics/{path.name}" not in nav:
+            report.error(f"{rel(path)} is not in mkdocs.yml's nav: add `- Title: topics/{path.name}` under Topics")
+    for demo in demos.values():
+        uri = demo.path.relative_to(REPO_ROOT).as_posix()
+        if uri not in nav:
+            report.error(f"{uri} is not in mkdocs.yml's nav: add `- \"{demo.path.name}\": {uri}` under Demo notebooks")
+
+
 def check_todos(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) -> None:
     """Scaffolded text still to write: a warning per file, with the first line to look at."""
     files = sorted((docs_dir / "topics").glob("*.md")) + [d.path for d in demos.values()]
@@ -239,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     check_plausibility(report, records)
     claims = check_pages(report, demos, records, args.docs_dir)
     check_todos(report, demos, args.docs_dir)
+    check_nav(report, demos, args.docs_dir)
 
     for w in report.warnings:
         print(f"warning: {w}")
