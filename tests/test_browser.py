@@ -168,3 +168,13 @@ def test_search_finds_terms(page, term, expected):
     box.press_sequentially(term, delay=20)
     # results render asynchronously (a web worker): wait for the expected page, or time out
     page.locator(".md-search-result__item", has_text=expected).first.wait_for(timeout=10_000)
+
+
+def test_cheat_sheet_prints_without_navigation(page):
+    load(page, "cheat-sheet/", "cheat-sheet")
+    assert page.locator(".md-sidebar--primary").first.is_visible()
+    page.emulate_media(media="print")
+    assert not page.locator(".md-sidebar--primary").first.is_visible()
+    assert not page.locator(".md-header").first.is_visible()
+    assert "30-second" not in page.locator("h1").first.inner_text()  # the page itself still prints
+    assert page.locator("h2").first.is_visible()
