@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Two compilation models: `jax.jit` traces the whole function, `torch.compile` captures what it can
+# # Two compilation models: jax.jit traces the whole function, torch.compile captures what it can
 #
 # `jax.jit` runs the Python function once with abstract tracers and records every operation into
 # a jaxpr, which is lowered to StableHLO and compiled by XLA. The whole function must be
@@ -14,11 +14,13 @@
 # %%
 import io
 import logging
+import os
 import re
 import time
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from demos.harness.cli import REPO_ROOT
 from demos.harness.run import start
@@ -34,6 +36,14 @@ run = start(
 )
 device = run.torch_device
 HIDDEN, BATCHES, BUCKET = run.sizes["hidden"], run.sizes["batches"], run.sizes["bucket"]
+
+if not run.device.is_gpu:
+    # Arrays this small gain nothing from a second thread, and on a shared machine a busy neighbour
+    # can stall a thread pool's barriers (a 0.3 ms eager step once took 150 ms): one thread each for
+    # PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -218,7 +228,8 @@ run.check_close("jax.where_matches_torch_branch",
 #   the guard, it recompiles with that dimension symbolic, and later shapes reuse that graph.
 # - `torch.compile(dynamic=True)` compiles a symbolic-shape graph from the start.
 #
-# Inductor's start-up in a fresh process is paid first on a throwaway function. Each PyTorch
+# After the new shapes, each policy's steady-state call at the last batch size is timed back to
+# back (`flush=False`). Inductor's start-up in a fresh process is paid first on a throwaway function. Each PyTorch
 # policy gets its own hidden width, so that no policy reuses kernels that an earlier one
 # compiled (Inductor keeps compiled kernels by their source code).
 
@@ -319,7 +330,7 @@ for policy, (label, make) in POLICIES.items():
     recompiles[policy] = (len(counted), first_calls)
     reasons[policy] = capture.text()
     if JAX_ON_DEVICE or not policy.startswith("jax"):
-        call_times[policy] = run.time(lambda: call(inputs[BATCHES[-1]]))
+        call_times[policy] = run.time(lambda: call(inputs[BATCHES[-1]]), flush=False)
     run.log(f"  {label:45s} {len(counted)} compiles for {len(BATCHES)} shapes, first calls {sum(first_calls):.2f} s")
 torch._logging.set_logs()
 jax.config.update("jax_explain_cache_misses", False)

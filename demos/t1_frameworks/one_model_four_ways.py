@@ -12,10 +12,13 @@
 # that is the trace and compile) and its steady state.
 
 # %%
+import os
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
+from threadpoolctl import threadpool_limits
 
 from demos.harness.run import start
 
@@ -31,6 +34,14 @@ run = start(
 device = run.torch_device
 HIDDEN, BATCH, EPOCHS = run.sizes["hidden"], run.sizes["batch"], run.sizes["epochs"]
 LR = 0.1
+
+if not run.device.is_gpu:
+    # Arrays this small gain nothing from a second thread, and on a shared machine a busy neighbour
+    # can stall a thread pool's barriers (a 0.3 ms eager step once took 150 ms): one thread each for
+    # PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -207,10 +218,11 @@ def train_numpy(dtype):
     data = images.astype(dtype)
     losses, first_s = [], None
     for i, idx in enumerate(order):
+        x, y = data[idx], labels[idx]
         if i == 0:
-            (p, loss), first_s = run.first_call(lambda: numpy_step(p, data[idx], labels[idx]))
+            (p, loss), first_s = run.first_call(lambda: numpy_step(p, x, y))
         else:
-            p, loss = numpy_step(p, data[idx], labels[idx])
+            p, loss = numpy_step(p, x, y)
         losses.append(float(loss))
     accuracy = float((numpy_forward(p, data[test])[1].argmax(axis=1) == labels[test]).mean())
     return np.array(losses), first_s, accuracy
@@ -221,7 +233,8 @@ def train_torch(loss_fn):
     model, step = torch_trainer(loss_fn)
     data, targets, batches = (torch.from_numpy(images).to(device), torch.from_numpy(labels).to(device),
                               torch.from_numpy(order).to(device))
-    first_loss, first_s = run.first_call(lambda: step(data[batches[0]], targets[batches[0]]))
+    x0, y0 = data[batches[0]], targets[batches[0]]  # indexing stays outside the first call's time
+    first_loss, first_s = run.first_call(lambda: step(x0, y0))
     losses = [first_loss]
     for idx in batches[1:]:
         losses.append(step(data[idx], targets[idx]))
@@ -233,7 +246,8 @@ def train_torch(loss_fn):
 def train_jax():
     p = {k: jnp.asarray(v) for k, v in init.items()}
     data, targets = jnp.asarray(images), jnp.asarray(labels)
-    (p, loss), first_s = run.first_call(lambda: jax.block_until_ready(jax_step(p, data[order[0]], targets[order[0]])))
+    x0, y0 = jax.block_until_ready((data[order[0]], targets[order[0]]))  # indexing stays outside the timed call
+    (p, loss), first_s = run.first_call(lambda: jax.block_until_ready(jax_step(p, x0, y0)))
     losses = [loss]
     for idx in order[1:]:
         p, loss = jax_step(p, data[idx], targets[idx])
@@ -268,8 +282,10 @@ for variant, (variant_losses, _, _) in trained.items():
 # ## Steady-state step time
 #
 # Each variant goes on training on one fixed minibatch, timed with the harness (warm-up, repeats,
-# median and spread). The compiled functions compiled for this shape above, so no compile lands
-# here. NumPy always runs on the host CPU; on a GPU run that is what its row means.
+# median and spread), back to back as a training loop runs them: no cache flush between steps
+# (`flush=False`), so per-step host overhead shows as it would in training. The compiled
+# functions compiled for this shape above, so no compile lands here. NumPy always runs on the
+# host CPU; on a GPU run that is what its row means.
 
 # %%
 if not JAX_ON_DEVICE:
@@ -295,7 +311,7 @@ timings = {}
 for variant, fn in step_fns.items():
     if variant == "jax_jit" and not JAX_ON_DEVICE:
         continue
-    timings[variant] = run.time(fn)
+    timings[variant] = run.time(fn, flush=False)
     run.log(f"  {variant:14s} first call {trained[variant][1] * 1e3:9.1f} ms   "
             f"step {timings[variant].median_s * 1e6:9.1f} us")
 

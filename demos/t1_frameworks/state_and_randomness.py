@@ -15,8 +15,11 @@
 # which would only add compile time to a demo about semantics.
 
 # %%
+import os
+
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from demos.harness.run import start
 
@@ -31,6 +34,14 @@ run = start(
 )
 device = run.torch_device
 N_UPDATE = run.sizes["update_elements"]
+
+if not run.device.is_gpu:
+    # Arrays this small gain nothing from a second thread, and on a shared machine a busy neighbour
+    # can stall a thread pool's barriers (a 0.3 ms eager step once took 150 ms): one thread each for
+    # PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -93,9 +104,13 @@ observations.append(["an unrelated random call is inserted before a dropout mask
 key = jax.random.key(SEED)
 reused_equal = float(jnp.mean(jax.random.bernoulli(key, KEEP, SHAPE) == jax.random.bernoulli(key, KEEP, SHAPE)))
 run.check("jax.reused_key_repeats", reused_equal == 1.0, "the same key drew the same mask twice: 100% equal")
-run.metric("jax.reused_key_equal_fraction", reused_equal, "fraction", label="JAX: two masks from one key, fraction equal")
-observations.append(["two dropout layers draw their masks", "different masks (generator advanced)",
-                     f"same key: {100 * reused_equal:.0f}% identical masks; split the key"])
+run.metric("jax.reused_key_equal_fraction", reused_equal, "fraction",
+           label="JAX: two masks drawn from one key, fraction equal")
+torch_two_layers_equal = float(((torch.rand(SHAPE, device=device) < KEEP) ==
+                                (torch.rand(SHAPE, device=device) < KEEP)).float().mean())
+observations.append(["two dropout layers draw their masks, one after the other",
+                     f"{100 * torch_two_layers_equal:.0f}% equal (the generator advanced; chance level)",
+                     f"given the same key: {100 * reused_equal:.0f}% equal; split the key"])
 
 compiled_dropout = torch.compile(lambda t: torch.nn.functional.dropout(t, 1 - KEEP), backend="eager")
 ones = torch.ones(SHAPE, device=device)
@@ -149,7 +164,8 @@ observations.append(["x[0] = 1.0", "updates x in place (views see it)", "raises 
 # place in PyTorch; in eager JAX a full copy of the array; under `jax.jit` still a copy, because
 # the caller keeps the old array; under `jax.jit` with the argument *donated* (the caller
 # promises never to use it again) XLA reuses the buffer and updates it in place. After donation
-# the old array is deleted, which is checked.
+# the old array is deleted, which is checked. Updates are timed back to back (`flush=False`), as a
+# training loop would run them.
 
 # %%
 big_torch = torch.zeros(N_UPDATE, device=device)
@@ -186,7 +202,7 @@ update_times = {}
 for variant, (label, fn) in update_variants.items():
     if variant.startswith("jax") and not JAX_ON_DEVICE:
         continue
-    update_times[variant] = run.time(fn)
+    update_times[variant] = run.time(fn, flush=False)
     run.metric(f"update.{variant}.us", update_times[variant].median_s * 1e6, "us",
                label=f"{label}, array of {N_UPDATE:,} float32")
     run.log(f"  {label:42s} {update_times[variant].median_s * 1e6:10.1f} us")
@@ -271,10 +287,11 @@ def counting_backend(graph_module, example_inputs):
 
 
 torch_scaled_compiled = torch.compile(torch_scaled, backend=counting_backend)
-jax_before, torch_before = float(jax_scaled(jnp.ones(1))[0]), float(torch_scaled_compiled(torch.ones(1, device=device))[0])
+one = torch.ones(1, device=device)
+jax_before, torch_before = float(jax_scaled(jnp.ones(1))[0]), float(torch_scaled_compiled(one)[0])
 jaxpr_before = jax.make_jaxpr(jax_scaled)(jnp.ones(1))  # the program jit compiled, with scale in it
 scale = 3.0
-jax_after, torch_after = float(jax_scaled(jnp.ones(1))[0]), float(torch_scaled_compiled(torch.ones(1, device=device))[0])
+jax_after, torch_after = float(jax_scaled(jnp.ones(1))[0]), float(torch_scaled_compiled(one)[0])
 run.check("jax.global_baked_in", jax_before == 2.0 and jax_after == 2.0,
           f"scale changed 2.0 -> 3.0; jax.jit still returns {jax_after} (a constant in the compiled program)")
 run.check("torch.global_guarded", torch_before == 2.0 and torch_after == 3.0 and len(compiles) == 2,

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Function transforms: per-example gradients with `vmap`, and `grad` vs `.backward()`
+# # Function transforms: per-example gradients with vmap, and grad vs .backward()
 #
 # JAX's core idea is that `grad`, `vmap` and `jit` are transformations that take a function and
 # return a function, and that they compose. Per-example gradients (each example's own gradient,
@@ -12,10 +12,13 @@
 # function and `.backward()` on a module, measured rather than described.
 
 # %%
+import os
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
+from threadpoolctl import threadpool_limits
 from torch.func import functional_call
 
 from demos.harness.run import start
@@ -31,6 +34,14 @@ run = start(
 )
 device = run.torch_device
 BATCHES, HIDDEN = run.sizes["batches"], run.sizes["hidden"]
+
+if not run.device.is_gpu:
+    # Arrays this small gain nothing from a second thread, and on a shared machine a busy neighbour
+    # can stall a thread pool's barriers (a 0.3 ms eager step once took 150 ms): one thread each for
+    # PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -142,7 +153,8 @@ for variant, (label, fn) in VARIANTS.items():
 # The loops grow linearly with B: B tiny backward passes, each paying Python and framework
 # overhead. `vmap` turns the batch of per-example computations into batched matrix products, so
 # its time should grow far more slowly. JAX's functions compile once per batch size, on the first
-# call, which the harness keeps apart from the steady state.
+# call, which the harness keeps apart from the steady state. Calls run back to back, without a
+# cache flush between them (`flush=False`): per-call overhead is the subject here.
 
 # %%
 if not JAX_ON_DEVICE:
@@ -161,7 +173,7 @@ for b in BATCHES:
     args = batch(b)
     for variant in timed:
         fn = blocking(VARIANTS[variant][1])
-        times[variant, b] = run.time(lambda: fn(*args))
+        times[variant, b] = run.time(lambda: fn(*args), flush=False)
         run.log(f"  B={b:5d} {variant:11s} {times[variant, b].median_s * 1e3:9.2f} ms")
 
 # %% [markdown]
