@@ -37,8 +37,9 @@ N_UPDATE = run.sizes["update_elements"]
 
 if not run.device.is_gpu:
     # Arrays this small gain nothing from a second thread, and on a shared machine a busy neighbour
-    # can stall a thread pool's barriers (a 0.3 ms eager step once took 150 ms): one thread each for
-    # PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
+    # can stall a thread pool's barriers (an eager step was seen to run hundreds of times slower):
+    # one thread each for PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
+    # The harness measured the machine's ceilings before this, with every thread.
     threadpool_limits(1)
     torch.set_num_threads(1)
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
