@@ -45,7 +45,12 @@ def fmt_number(v: float) -> str:
     return f"{v:.2e}"
 
 
+CONTINUOUS_UNITS = {"fraction", "x", "ns", "us", "ms", "s", "B", "KB", "MB", "GB", "KiB", "MiB", "GiB", "%"}
+
+
 def fmt_value(value: float, unit: str) -> str:
+    if float(value).is_integer() and "/" not in unit and unit not in CONTINUOUS_UNITS:
+        return f"{int(value):,} {esc(unit)}"  # counts: "2 compiles", "1 kernels"
     if unit == "fraction":
         return f"{100 * value:.0f}%"
     if unit == "x":

@@ -152,3 +152,9 @@ def test_artifact_marker_shows_the_text_in_a_fence_it_cannot_escape():
     assert "x = add(a, b)" in html and "<details" in html
     missing = page("{{ artifact kernel_fusion graph @h100 }}", {"cpu": rec})
     assert "Not yet measured on H100" in missing
+
+
+def test_counts_render_as_whole_numbers():
+    rec = make_record()
+    rec["metrics"]["graphs"] = {"value": 2.0, "unit": "compiles"}
+    assert "2 compiles (CPU)" in page("{{ metric kernel_fusion graphs @cpu }}", {"cpu": rec})
