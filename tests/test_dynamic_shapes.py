@@ -1,0 +1,47 @@
+"""The dynamic-shapes demo at the tiny size (lengths 5, 11, 13; buckets of 8): the recompile
+count of each strategy, and every output equal to the float64 reference."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from demos.harness import record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run([sys.executable, "-m", "demos.t2_pipeline.dynamic_shapes", "--device", "cpu", "--size",
+                           "tiny", "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return record.load(results / "dynamic_shapes" / "cpu.json")
+
+
+def test_recompile_counts(tiny_record):
+    compiles = {k.removesuffix(".compiles"): v["value"] for k, v in tiny_record["metrics"].items()
+                if k.endswith(".compiles") and not k.startswith("static_over")}
+    assert compiles == {"eager": 0, "static": 3, "automatic": 2, "dynamic": 1, "bucketing": 2}
+
+
+def test_symbolic_shape_and_buckets_in_the_table(tiny_record):
+    rows = {r[0].split(" ")[0]: r for r in tiny_record["tables"][0]["rows"]}
+    assert "(2, 5, 32)" in rows["static"][2] and "(2, 13, 32)" in rows["static"][2]
+    assert rows["dynamic"][2].split(", ")[1].startswith("s")  # the sequence dimension is a symbol
+    first, second = rows["automatic"][2].split("; ")
+    assert first == "(2, 5, 32)" and second.split(", ")[1].startswith("s")  # static first, then symbolic
+    assert rows["bucketing"][2] == "(2, 8, 32); (2, 16, 32)"
+
+
+def test_outputs_match_and_second_pass_compiles_nothing(tiny_record):
+    checks = tiny_record["checks"]
+    assert all(c["passed"] for c in checks)
+    for strategy in ("static", "automatic", "dynamic", "bucketing"):
+        assert any(c["name"] == f"{strategy}.no_recompile_on_second_pass" for c in checks)
+        for t in (5, 11, 13):
+            assert next(c for c in checks if c["name"] == f"{strategy}.seq{t}")["max_abs_err"] < 1e-4

@@ -1,0 +1,44 @@
+"""The JAX demo at the tiny size: StableHLO and optimized HLO kept, no fusion before XLA's passes
+and fusions after, and the jitted block equal to the float64 reference."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from demos.harness import record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run([sys.executable, "-m", "demos.t2_pipeline.jax_lowering", "--device", "cpu", "--size", "tiny",
+                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return record.load(results / "jax_lowering" / "cpu.json")
+
+
+def test_fusion_count_before_and_after_optimization(tiny_record):
+    m = {k: v["value"] for k, v in tiny_record["metrics"].items()}
+    assert m["hlo.before.fusions"] == 0
+    assert 0 < m["hlo.after.fusions"] <= m["hlo.after.instructions"] < m["hlo.before.instructions"]
+    assert m["stablehlo.ops"] > 0 and m["jaxpr.equations"] > 0
+
+
+def test_artifacts_are_the_real_ir(tiny_record):
+    a = tiny_record["artifacts"]
+    assert "stablehlo.dot_general" in a["stablehlo"]
+    assert "ENTRY" in a["hlo_optimized_entry"] and "fusion(" in a["hlo_optimized_entry"]
+    assert "dot_general" in a["jaxpr"]
+    assert "metadata=" not in a["hlo_optimized_entry"]  # tool-only attributes stripped
+
+
+def test_jit_matches_the_reference(tiny_record):
+    checks = {c["name"]: c for c in tiny_record["checks"]}
+    assert checks["jax.jit"]["passed"] and checks["jax.jit"]["max_abs_err"] < 1e-4
+    assert checks["jax.op_by_op"]["passed"]

@@ -1,0 +1,46 @@
+"""The layout-and-padding demo at the tiny size: every layout and padding variant equal to the
+float64 reference, the channels-last conv really channels-last, the metrics the page quotes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from demos.harness import record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run([sys.executable, "-m", "demos.t3_compiler.layout_and_padding", "--device", "cpu", "--size",
+                           "tiny", "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return record.load(results / "layout_and_padding" / "cpu.json")
+
+
+def test_all_variants_correct(tiny_record):
+    names = {c["name"] for c in tiny_record["checks"]}
+    assert {"conv.channels-first", "conv.channels-last", "conv.NCHW", "matmul.odd", "matmul.multiple_of_8",
+            "matmul.multiple_of_64", "matmul.odd.padded_on_every_call", "matmul.odd.padded_once_ahead"} <= names
+    assert all(c["passed"] for c in tiny_record["checks"])
+
+
+def test_layouts_as_intended(tiny_record):
+    rows = {r[0]: r[1] for r in next(t for t in tiny_record["tables"] if t["name"] == "conv")["rows"]}
+    assert rows == {"channels-first (NCHW)": "NCHW", "channels-last (NHWC)": "channels-last",
+                    "NCHW in and out, converted around the conv": "NCHW"}
+
+
+def test_metrics(tiny_record):
+    m = tiny_record["metrics"]
+    for name in ("conv.channels_last_speedup", "conv.convert_around_speedup", "matmul.aligned_over_odd",
+                 "matmul.pad_once_over_odd", "matmul.pad_every_call_over_odd"):
+        assert m[name]["unit"] == "x" and m[name]["value"] > 0
+    assert 0 < m["matmul.odd.tflops"]["fraction_of_ceiling"]
+    rows = next(t for t in tiny_record["tables"] if t["name"] == "matmul")["rows"]
+    assert [r[0].split(" ")[0] for r in rows[:3]] == ["125", "120", "128"]
