@@ -1,0 +1,270 @@
+# %% [markdown]
+# # The cost of attention: naive vs tiled (online softmax) vs fused SDPA
+#
+# Causal self-attention computes `softmax(Q K^T / sqrt(d)) V` for N queries against N keys. Written
+# naively, it materializes the N x N score matrix (and the softmax of it) in memory: time *and*
+# memory grow with N squared, and every element of that matrix makes a round trip through DRAM/HBM.
+# FlashAttention keeps the same arithmetic but tiles it: it walks over blocks of keys, keeps a
+# running maximum and running sum per query (the *online softmax*), rescales the partial output
+# when the maximum changes, and never writes the score matrix anywhere. Extra memory becomes linear
+# in N and the HBM traffic drops to reading Q, K, V and writing the output.
+#
+# This demo runs, across sequence lengths: the naive version; the same online-softmax algorithm
+# written in plain PyTorch (a loop over key blocks, so the idea is readable); and
+# `F.scaled_dot_product_attention` with each backend this device offers, forced one at a time
+# through `torch.nn.attention.sdpa_kernel`. Every variant is checked against a float64 reference
+# first; then each is timed and its peak temporary memory is measured.
+
+# %%
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from demos.harness.run import start
+
+run = start(
+    "attention_cost",
+    title="Attention: naive vs online softmax vs fused SDPA backends",
+    sizes={  # (batch, heads, head_dim, sequence lengths)
+        "tiny": (1, 2, 32, [64, 128]),
+        "small": (1, 4, 64, [256, 512, 1024, 2048]),
+        "full": (2, 16, 128, [1024, 2048, 4096, 8192, 16384]),
+    },
+)
+device = run.torch_device
+batch, heads, head_dim, seq_lens = run.sizes
+dtype = torch.bfloat16 if run.device.is_gpu else torch.float32
+ceiling = "matmul_bf16" if run.device.is_gpu else "matmul_fp32"  # the matmul rate in the same dtype, same run
+TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}[dtype]
+
+# %% [markdown]
+# ## The implementations
+#
+# **Naive.** Three full N x N tensors appear: the scores, the masked scores, and the softmax. On a
+# GPU each is written to HBM by one kernel and read back by the next.
+
+# %%
+def naive_attention(q, k, v):
+    n = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, N, N)
+    future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+    scores = scores.masked_fill(future, float("-inf"))
+    return scores.softmax(dim=-1) @ v
+
+
+# %% [markdown]
+# **Online softmax, tiled over keys.** The FlashAttention recurrence, with PyTorch ops: for each
+# block of keys, compute that block's scores for the queries that can see it, update each query's
+# running maximum `m` and running denominator `l`, rescale what was accumulated so far by
+# `exp(m_old - m_new)`, and add the block's contribution. Only one (N x block) tile of scores
+# exists at a time. Key blocks entirely in a query's future are skipped, which is where causal
+# attention saves half the work. (The real kernel also tiles the queries and keeps each tile in
+# on-chip SRAM/registers; a Python loop can show the algorithm and its memory, not that speed.)
+
+# %%
+def online_softmax_attention(q, k, v, block: int = 128):
+    b, h, n, d = q.shape
+    scale = d ** -0.5
+    running_max = torch.full((b, h, n, 1), float("-inf"), device=q.device, dtype=torch.float32)
+    running_sum = torch.zeros(b, h, n, 1, device=q.device, dtype=torch.float32)
+    out = torch.zeros(b, h, n, d, device=q.device, dtype=torch.float32)
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        # queries before `start` cannot see these keys; query start+i sees key start+j iff j <= i
+        scores = (q[:, :, start:] @ k[:, :, start:stop].transpose(-1, -2)).float() * scale  # (b, h, n-start, block)
+        future = torch.arange(stop - start, device=q.device) > torch.arange(n - start, device=q.device)[:, None]
+        scores.masked_fill_(future, float("-inf"))
+        old_max = running_max[:, :, start:]
+        new_max = torch.maximum(old_max, scores.amax(dim=-1, keepdim=True))
+        probs = torch.exp(scores - new_max)
+        rescale = torch.exp(old_max - new_max)  # 0 the first time a query sees any key (old max is -inf)
+        running_sum[:, :, start:] = running_sum[:, :, start:] * rescale + probs.sum(dim=-1, keepdim=True)
+        out[:, :, start:] = out[:, :, start:] * rescale + probs.to(v.dtype) @ v[:, :, start:stop]
+        running_max[:, :, start:] = new_max
+    return (out / running_sum).to(q.dtype)
+
+
+# %% [markdown]
+# **Fused SDPA.** One call, and PyTorch picks a kernel: `math` (the composite reference, which
+# materializes scores like the naive version), `flash` (FlashAttention; on a CPU, ATen's own tiled
+# kernel with the same online softmax), `efficient` (the memory-efficient xFormers kernel, CUDA
+# only) and `cudnn` (cuDNN's fused attention, CUDA only). Each backend is forced in turn; one that
+# this device or dtype does not support raises, and is recorded as not run, with the reason.
+
+# %%
+BACKENDS = {"sdpa_math": SDPBackend.MATH, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def sdpa_with(backend):
+    def attention(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return attention
+
+
+def sdpa_default(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+VARIANTS = {"naive": naive_attention, "online_softmax": online_softmax_attention, "sdpa_default": sdpa_default}
+probe = torch.randn(1, heads, 64, head_dim, device=device, dtype=dtype)
+for name, backend in BACKENDS.items():
+    try:
+        sdpa_with(backend)(probe, probe, probe)
+        VARIANTS[name] = sdpa_with(backend)
+    except RuntimeError as e:
+        run.not_run(name, f"no kernel for this device/dtype ({dtype}): " + str(e).splitlines()[0][:160])
+
+# %% [markdown]
+# ## Measuring memory
+#
+# On a GPU, peak memory is PyTorch's own counter: `torch.cuda.max_memory_allocated()` during one
+# call, minus what was allocated before it. On a CPU there is no such counter, so the demo runs one
+# call under `torch.profiler` with `profile_memory=True` and reads every allocation event the CPU
+# allocator reported, with the running total of bytes allocated at that moment: the peak of that
+# total, minus the total before the call, is the call's peak temporary memory (output included).
+# Allocations made outside PyTorch's allocator (a library's private scratch) would not be counted;
+# the score matrix's size is shown next to it, computed, for comparison.
+
+# %%
+def peak_temporary_bytes(fn) -> int:
+    if run.device.is_gpu:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = []
+
+    def walk(node):
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            events.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.total_allocated))
+        for child in node.children:
+            walk(child)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    if not events:
+        return 0
+    events.sort()
+    baseline = events[0][2] - events[0][1]  # total allocated just before the first event
+    return max(total for _, _, total in events) - baseline
+
+
+def score_matrix_bytes(n: int) -> int:
+    return batch * heads * n * n * dtype.itemsize
+
+
+def causal_flops(n: int) -> float:
+    """Useful FLOPs of causal attention: QK^T and PV, 2*N*N*d each, half of them unmasked."""
+    return 2 * 2 * batch * heads * n * n * head_dim / 2
+
+
+# %% [markdown]
+# ## Correctness first
+#
+# Every variant at every length, on fresh random inputs, against naive attention computed in
+# float64. (At the GPU's longest lengths, a float64 score matrix would not fit: there the reference
+# is the float64 online-softmax version, which was itself checked against the float64 naive one
+# at the shorter lengths.) Naive attention is skipped where its own score matrix would pass 16 GB.
+
+# %%
+REFERENCE_LIMIT, NAIVE_LIMIT = 2 * 2**30, 16 * 2**30
+runs_at = {name: [n for n in seq_lens if name != "naive" or 3 * score_matrix_bytes(n) <= NAIVE_LIMIT]
+           for name in VARIANTS}
+for n in seq_lens:
+    q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype) for _ in range(3))
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    if batch * heads * n * n * 8 <= REFERENCE_LIMIT:
+        reference, reference_name = naive_attention(q64, k64, v64), "float64 naive"
+    else:
+        reference, reference_name = online_softmax_attention(q64, k64, v64), "float64 online softmax"
+    for name, fn in VARIANTS.items():
+        if n in runs_at[name]:
+            run.check_close(f"{name}.n{n}", fn(q, k, v), reference, reference_name=reference_name, **TOLERANCE)
+    del reference, q64, k64, v64
+if len(runs_at["naive"]) < len(seq_lens):
+    run.not_run("naive (longest lengths)", f"its score, masked and softmax matrices would pass {NAIVE_LIMIT / 2**30:.0f} GiB "
+                f"at N > {runs_at['naive'][-1]}")
+
+# %% [markdown]
+# ## Measurement
+#
+# For each length and variant: median time (harness protocol), peak temporary memory, and the
+# achieved rate in useful causal FLOPs per second, as a fraction of the same-run matmul ceiling.
+
+# %%
+results = {}  # (variant, n) -> (Timing, peak bytes)
+for n in seq_lens:
+    q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype) for _ in range(3))
+    for name, fn in VARIANTS.items():
+        if n not in runs_at[name]:
+            continue
+        timing = run.time(lambda: fn(q, k, v))
+        results[name, n] = timing, peak_temporary_bytes(lambda: fn(q, k, v))
+        run.log(f"  N={n:6d} {name:15s} {timing.median_s * 1e3:9.3f} ms  peak {results[name, n][1] / 2**20:9.1f} MiB")
+    del q, k, v
+
+# %% [markdown]
+# ## Results
+
+# %%
+rows = []
+for n in seq_lens:
+    for name in VARIANTS:
+        if (name, n) not in results:
+            continue
+        timing, peak = results[name, n]
+        tflops = causal_flops(n) / timing.median_s / 1e12
+        rows.append([n, name, round(timing.median_s * 1e3, 3), f"{timing.p10_s * 1e3:.3f}-{timing.p90_s * 1e3:.3f}",
+                     round(peak / 2**20, 2), round(score_matrix_bytes(n) / 2**20, 2), round(tflops, 3),
+                     round(100 * tflops / run.ceilings[ceiling]["value"], 1)])
+run.table("attention", f"Causal attention, batch {batch}, {heads} heads, head_dim {head_dim}, {str(dtype)[6:]}",
+          ["N", "variant", "median (ms)", "p10-p90 (ms)", "peak temp (MiB)", "one N x N score matrix (MiB)",
+           "TFLOP/s (useful)", f"% of {ceiling}"], rows)
+
+lines_time = {name: ([n for n in seq_lens if (name, n) in results],
+                     [results[name, n][0].median_s * 1e3 for n in seq_lens if (name, n) in results]) for name in VARIANTS}
+lines_mem = {name: ([n for n in seq_lens if (name, n) in results],
+                    [results[name, n][1] / 2**20 for n in seq_lens if (name, n) in results]) for name in VARIANTS}
+lines_mem["one score matrix (computed)"] = (seq_lens, [score_matrix_bytes(n) / 2**20 for n in seq_lens])
+run.series("time", "Causal attention: median time vs sequence length", "sequence length N", "ms", lines_time,
+           x_log=True, y_log=True)
+run.series("memory", "Causal attention: peak temporary memory vs sequence length", "sequence length N",
+           "MiB", lines_mem, x_log=True, y_log=True)
+
+longest = max(n for n in seq_lens if ("naive", n) in results)  # where every variant ran
+shortest = seq_lens[0]
+fused = [name for name in BACKENDS if name in VARIANTS and name != "sdpa_math"] or ["sdpa_default"]
+best = min(fused, key=lambda name: results[name, longest][0].median_s)
+for name in VARIANTS:
+    timing, peak = results[name, longest]
+    run.metric(f"{name}.ms", timing.median_s * 1e3, "ms", label=f"{name}, N={longest}: median time")
+    run.metric(f"{name}.peak_mib", peak / 2**20, "MiB", label=f"{name}, N={longest}: peak temporary memory")
+    run.metric(f"{name}.tflops", causal_flops(longest) / timing.median_s / 1e12, "TFLOP/s", ceiling=ceiling,
+               label=f"{name}, N={longest}: useful causal TFLOP/s")
+    run.metric(f"{name}.peak_growth", results[name, longest][1] / max(results[name, shortest][1], 1), "x",
+               label=f"{name}: peak memory at N={longest} over N={shortest} ({longest // shortest}x longer)")
+    run.metric(f"{name}.time_growth", timing.median_s / results[name, shortest][0].median_s, "x",
+               label=f"{name}: time at N={longest} over N={shortest}")
+run.metric("score_matrix_mib", score_matrix_bytes(longest) / 2**20, "MiB",
+           label=f"one N x N score matrix at N={longest}, all heads (computed)")
+run.metric("best_fused.speedup_vs_naive", results["naive", longest][0].median_s / results[best, longest][0].median_s,
+           "x", label=f"fastest fused SDPA backend ({best}) over naive, N={longest}")
+run.metric("best_fused.memory_saving_vs_naive", results["naive", longest][1] / max(results[best, longest][1], 1), "x",
+           label=f"naive peak memory over {best}'s, N={longest}")
+run.log(f"fastest fused backend at N={longest}: {best}")
+if run.device.is_gpu:
+    n_max = seq_lens[-1]
+    top = min(fused, key=lambda name: results[name, n_max][0].median_s)
+    run.metric("best_fused.tflops_longest", causal_flops(n_max) / results[top, n_max][0].median_s / 1e12, "TFLOP/s",
+               ceiling=ceiling, label=f"fastest fused backend ({top}) at N={n_max}: useful causal TFLOP/s")
+
+run.save()

@@ -1,0 +1,309 @@
+# %% [markdown]
+# # Batching under load: static vs continuous, driven by a real model's step times
+#
+# A decode step reads the model's weights (and runs its kernels) once, however many sequences it
+# advances, so a step over 16 sequences costs far less than 16 steps over one. Batching buys
+# throughput; the question is what it costs in latency. **Static batching** forms a batch, runs it
+# until its *longest* request finishes, and only then takes new requests: short requests leave
+# early but their slots idle, and arrivals wait for the whole batch. **Continuous (iteration-level)
+# batching**, as in Orca and vLLM, revisits the batch at every decode step: finished requests leave
+# and waiting ones join at once (their prefill runs in that iteration).
+#
+# This demo measures the trained model's prefill and decode step times at several batch sizes,
+# then feeds them to a discrete-event simulation of a server receiving Poisson arrivals, at several
+# loads, under both policies. It reports latency percentiles, time to first token (TTFT) and
+# throughput, and checks the simulator's bookkeeping with Little's law.
+
+# %%
+import collections
+import math
+import random
+
+import numpy as np
+import torch
+
+from demos.harness.run import start
+from demos.t6_inference._model import held_out_prompts, trained_models
+
+run = start(
+    "batching",
+    title="Static vs continuous batching under Poisson load, from measured step times",
+    sizes={  # (batch sizes measured, prompt length, output lengths (min, max), requests per simulation)
+        "tiny": ([1, 2, 4], 16, (4, 24), 200),
+        "small": ([1, 2, 4, 8, 16, 32], 32, (16, 128), 2000),
+        "full": ([1, 2, 4, 8, 16, 32, 64, 128], 128, (32, 512), 4000),
+    },
+)
+device = run.torch_device
+batch_sizes, prompt_len, (out_min, out_max), n_requests = run.sizes
+LOADS = [0.1, 0.3, 0.5, 0.7, 0.85, 0.95]  # arrival rate as a fraction of continuous batching's peak token rate
+serving_dtype = torch.bfloat16 if run.device.is_gpu else torch.float32
+target, _, _ = trained_models(device, run.size, log=run.log)
+model = target.to(serving_dtype)
+
+# %% [markdown]
+# On a CPU the model runs with **one intra-op thread**: its matrices (128 wide at the CPU size) are far below the
+# size where splitting one op across threads pays, and CPU serving scales with one worker per core
+# instead. (A second thread also makes every op wait for it whenever the machine is busy with
+# other work: a one-token decode step measured 2.3 ms with one thread and 64 ms with two on this
+# shared machine under load.) The harness's ceilings are measured with every thread.
+
+# %%
+machine_threads = torch.get_num_threads()
+if not run.device.is_gpu:
+    torch.set_num_threads(1)
+
+# %% [markdown]
+# ## Measured step times of the real model
+#
+# *Prefill* of b prompts of `prompt_len` tokens at once, and one *decode* step for b sequences
+# whose caches hold `prompt_len + mean output` tokens (mid-generation; decode time changes little
+# with the context at these lengths, see the KV-cache demo). Each is checked first: a batched
+# decode must give every sequence the same logits it gets alone.
+
+# %%
+mid_context = prompt_len + (out_min + out_max) // 2
+prompts = held_out_prompts(max(batch_sizes), prompt_len, seed=3).to(device)
+with torch.no_grad():
+    alone = torch.cat([model(prompts[i:i + 1])[:, -1] for i in range(4)])
+    together = model(prompts[:4])[:, -1]
+run.check_close("batched_prefill_equals_one_by_one", together.float(), alone.float(),
+                rtol=1e-3 if run.device.is_gpu else 1e-4, atol=2e-2 if run.device.is_gpu else 1e-4,
+                reference_name="each prompt run alone")
+
+prefill_s, decode_s = {}, {}
+for b in batch_sizes:
+    batch_prompts = prompts[:b]
+    cache = model.new_cache(b, mid_context + 1)
+
+    def prefill():
+        cache.length = 0
+        with torch.no_grad():
+            return model(batch_prompts, cache)
+
+    prefill_s[b] = run.time(prefill).median_s
+    cache.length = 0
+    with torch.no_grad():  # fill the cache up to mid_context with a real continuation
+        model(prompts[:b].repeat(1, math.ceil(mid_context / prompt_len))[:, :mid_context], cache)
+    next_token = prompts[:b, :1]
+
+    def decode_step():
+        cache.length = mid_context
+        with torch.no_grad():
+            return model(next_token, cache)
+
+    decode_s[b] = run.time(decode_step).median_s
+    run.log(f"  batch {b:4d}: prefill {prefill_s[b] * 1e3:8.3f} ms, decode step {decode_s[b] * 1e3:8.3f} ms "
+            f"({b / decode_s[b]:9.0f} tokens/s)")
+
+run.table("step_times", f"Measured step times ({str(serving_dtype)[6:]}; prompt {prompt_len}, decode context {mid_context})",
+          ["batch", "prefill (ms)", "decode step (ms)", "decode tokens/s", "decode step vs batch 1"],
+          [[b, round(prefill_s[b] * 1e3, 3), round(decode_s[b] * 1e3, 3), round(b / decode_s[b], 1),
+            round(decode_s[b] / decode_s[1], 2)] for b in batch_sizes])
+b_max = max(batch_sizes)
+run.metric("decode.step_ratio_bmax", decode_s[b_max] / decode_s[1], "x",
+           label=f"one decode step at batch {b_max} over one at batch 1")
+run.metric("decode.throughput_gain_bmax", b_max * decode_s[1] / decode_s[b_max], "x",
+           label=f"decode tokens/s at batch {b_max} over batch 1")
+
+
+def interpolate(table: dict, b: int) -> float:
+    """Step time at batch b, linear between measured batch sizes."""
+    return float(np.interp(b, list(table), list(table.values())))
+
+
+# %% [markdown]
+# ## The simulator
+#
+# Time advances from event to event. Arrivals are Poisson (exponential gaps); each request wants
+# `prompt_len` prompt tokens and an output length drawn uniformly from `[out_min, out_max]`. The
+# server holds at most `b_max` sequences. A request's **TTFT** is from its arrival to the end of
+# the prefill that produced its first token; its **latency** is from arrival to its last token
+# (for static batching that is generous: it is counted done at its own last token, though its slot
+# stays busy until the batch ends). While time advances, the simulator integrates the number of
+# requests in the system (waiting + running) from its own state, for the Little's-law check.
+
+# %%
+class Server:
+    def __init__(self, arrivals, lengths):
+        self.arrivals, self.lengths = arrivals, lengths
+        self.now, self.next_arrival, self.area = 0.0, 0, 0.0
+        self.queue, self.in_system = collections.deque(), 0
+        self.first_token = [math.nan] * len(arrivals)
+        self.done = [math.nan] * len(arrivals)
+
+    def advance(self, until: float) -> None:
+        """Move the clock to `until`, admitting arrivals on the way and integrating requests in system."""
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival] <= until:
+            t = self.arrivals[self.next_arrival]
+            self.area += self.in_system * (t - self.now)
+            self.now = t
+            self.queue.append(self.next_arrival)
+            self.in_system += 1
+            self.next_arrival += 1
+        self.area += self.in_system * (until - self.now)
+        self.now = until
+
+    def idle_until_arrival(self) -> None:
+        self.advance(self.arrivals[self.next_arrival])
+
+    def finish(self, request: int) -> None:
+        self.done[request] = self.now
+        self.in_system -= 1
+
+    def all_done(self) -> bool:
+        return self.next_arrival == len(self.arrivals) and self.in_system == 0
+
+
+def simulate_static(arrivals, lengths) -> Server:
+    s = Server(arrivals, lengths)
+    while not s.all_done():
+        if not s.queue:
+            s.idle_until_arrival()
+        batch = [s.queue.popleft() for _ in range(min(len(s.queue), b_max))]
+        s.advance(s.now + interpolate(prefill_s, len(batch)))
+        remaining = {}
+        for r in batch:
+            s.first_token[r] = s.now
+            remaining[r] = lengths[r] - 1
+            if remaining[r] == 0:
+                s.finish(r)
+        while any(remaining.values()):  # the batch runs, padded, until its longest request is done
+            s.advance(s.now + interpolate(decode_s, len(batch)))
+            for r in remaining:
+                if remaining[r]:
+                    remaining[r] -= 1
+                    if remaining[r] == 0:
+                        s.finish(r)
+    return s
+
+
+def simulate_continuous(arrivals, lengths) -> Server:
+    s = Server(arrivals, lengths)
+    running = {}  # request -> tokens still to generate
+    while not s.all_done():
+        if not s.queue and not running:
+            s.idle_until_arrival()
+        admitted = [s.queue.popleft() for _ in range(min(len(s.queue), b_max - len(running)))]
+        if admitted:  # this iteration's prefill for the newcomers
+            s.advance(s.now + interpolate(prefill_s, len(admitted)))
+            for r in admitted:
+                s.first_token[r] = s.now
+                if lengths[r] == 1:
+                    s.finish(r)
+        if running:  # one decode step for everyone already running
+            s.advance(s.now + interpolate(decode_s, len(running)))
+            for r in list(running):
+                running[r] -= 1
+                if running[r] == 0:
+                    del running[r]
+                    s.finish(r)
+        running.update({r: lengths[r] - 1 for r in admitted if lengths[r] > 1})
+    return s
+
+
+# %% [markdown]
+# ## Loads
+#
+# Load is set against the best case for continuous batching: a full batch of `b_max` decoding
+# without pause, `b_max / decode(b_max)` tokens per second, divided by the mean output length.
+# Every policy sees the same arrival times and output lengths at a given load.
+
+# %%
+mean_out = (out_min + out_max) / 2
+peak_requests_per_s = b_max / decode_s[b_max] / mean_out
+rng = random.Random(run.options.seed)
+lengths = [rng.randint(out_min, out_max) for _ in range(n_requests)]
+SIMULATORS = {"static": simulate_static, "continuous": simulate_continuous}
+
+results = {}  # (policy, load) -> dict of statistics
+little_errors = []
+for load in LOADS:
+    rate = load * peak_requests_per_s
+    t, arrivals = 0.0, []
+    for _ in range(n_requests):
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+    for policy, simulate in SIMULATORS.items():
+        s = simulate(arrivals, lengths)
+        latency = np.array(s.done) - np.array(arrivals)
+        ttft = np.array(s.first_token) - np.array(arrivals)
+        span = max(s.done) - arrivals[0]
+        # Little's law, L = lambda * W: the time-average number in the system (integrated from the
+        # simulator's own state) against the arrival rate times the mean time in system (from the
+        # per-request timestamps).
+        time_avg_in_system = s.area / span
+        lam_w = n_requests / span * float(latency.mean())
+        little_errors.append(abs(time_avg_in_system - lam_w) / lam_w)
+        run.check(f"littles_law.{policy}.load{round(100 * load)}", little_errors[-1] < 0.01,
+                  f"L = {time_avg_in_system:.4f} requests, lambda*W = {lam_w:.4f} (relative difference {little_errors[-1]:.1e})")
+        run.check(f"all_tokens.{policy}.load{round(100 * load)}", bool(np.isfinite(latency).all()),
+                  f"{int(np.isfinite(latency).sum())}/{n_requests} requests completed")
+        results[policy, load] = {
+            "p50": np.percentile(latency, 50), "p95": np.percentile(latency, 95), "p99": np.percentile(latency, 99),
+            "ttft_p50": np.percentile(ttft, 50), "ttft_p99": np.percentile(ttft, 99),
+            "tokens_per_s": sum(lengths) / span, "requests_per_s": n_requests / span, "in_system": time_avg_in_system,
+        }
+    run.log(f"  load {load:.2f}: " + "; ".join(
+        f"{p} p50 {results[p, load]['p50'] * 1e3:.0f} ms p99 {results[p, load]['p99'] * 1e3:.0f} ms "
+        f"{results[p, load]['tokens_per_s']:.0f} tok/s" for p in SIMULATORS))
+
+# %% [markdown]
+# A sanity check with a known answer: at the lowest load almost nobody waits, so continuous
+# batching's median latency should be close to one request's service time alone (one prefill
+# plus its decode steps at batch 1, for the median output length).
+
+# %%
+alone_s = prefill_s[1] + (np.median(lengths) - 1) * decode_s[1]
+low = results["continuous", LOADS[0]]["p50"]
+run.check("low_load_latency_near_service_time", 0.8 < low / alone_s < 1.5,
+          f"p50 latency {low * 1e3:.1f} ms at load {LOADS[0]} vs {alone_s * 1e3:.1f} ms for one request alone")
+
+# %% [markdown]
+# ## Results
+
+# %%
+rows = []
+for load in LOADS:
+    for policy in SIMULATORS:
+        r = results[policy, load]
+        rows.append([load, policy, round(r["tokens_per_s"], 1), round(r["requests_per_s"], 2),
+                     *(round(r[q] * 1e3, 1) for q in ("p50", "p95", "p99", "ttft_p50", "ttft_p99")),
+                     round(r["in_system"], 2)])
+run.table("simulation", f"Poisson arrivals, {n_requests} requests per run, outputs {out_min}-{out_max} tokens, "
+          f"at most {b_max} in a batch",
+          ["load", "policy", "tokens/s", "requests/s", "p50 (ms)", "p95 (ms)", "p99 (ms)", "TTFT p50 (ms)",
+           "TTFT p99 (ms)", "mean in system"], rows)
+curve = {}
+for policy in SIMULATORS:
+    for q in ("p50", "p99"):
+        curve[f"{policy} {q}"] = ([results[policy, load]["tokens_per_s"] for load in LOADS],
+                                  [results[policy, load][q] * 1e3 for load in LOADS])
+run.series("latency_throughput", "Latency vs achieved throughput (each point is one load)",
+           "throughput (generated tokens/s)", "latency (ms)", curve, y_log=True)
+run.series("ttft", "Time to first token vs load", "load (fraction of continuous batching's peak)", "TTFT (ms)",
+           {f"{policy} {q}": (LOADS, [results[policy, load][f"ttft_{q}"] * 1e3 for load in LOADS])
+            for policy in SIMULATORS for q in ("p50", "p99")}, y_log=True)
+
+for policy in SIMULATORS:
+    run.metric(f"{policy}.max_tokens_per_s", max(results[policy, load]["tokens_per_s"] for load in LOADS), "tokens/s",
+               label=f"{policy}: highest throughput reached across the loads")
+    for load in (0.5, 0.85):
+        r = results[policy, load]
+        tag = f"{policy}.load{round(100 * load)}"
+        for q in ("p50", "p99", "ttft_p99"):
+            run.metric(f"{tag}.{q}_ms", r[q] * 1e3, "ms", label=f"{policy}, load {load}: {q.replace('_', ' ')} latency")
+        run.metric(f"{tag}.tokens_per_s", r["tokens_per_s"], "tokens/s", label=f"{policy}, load {load}: throughput")
+for load in (0.5, 0.85):
+    tag = f"load{round(100 * load)}"
+    run.metric(f"{tag}.p99_static_over_continuous", results["static", load]["p99"] / results["continuous", load]["p99"],
+               "x", label=f"load {load}: static batching's p99 latency over continuous batching's")
+    run.metric(f"{tag}.ttft_p99_static_over_continuous",
+               results["static", load]["ttft_p99"] / results["continuous", load]["ttft_p99"], "x",
+               label=f"load {load}: static batching's p99 TTFT over continuous batching's")
+run.metric("littles_law.max_rel_error", max(little_errors), "fraction",
+           label="largest relative gap between L and lambda*W over every simulation")
+run.metric("low_load.p50_over_service_time", low / alone_s, "x",
+           label=f"continuous batching, load {LOADS[0]}: p50 latency over one request's service time alone")
+torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
+run.save()

@@ -1,0 +1,48 @@
+"""Weight-only INT8 at the tiny size: every INT8 path (the Triton kernel in its interpreter included)
+computes the quantized layer, the quantized model agrees with the full-precision one, and the
+CUDA-graph part is recorded as not run on a CPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from demos.harness import record
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run([sys.executable, "-m", "demos.t6_inference.weight_only_int8", "--device", "cpu", "--size",
+                           "tiny", "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return record.load(results / "weight_only_int8" / "cpu.json")
+
+
+def test_every_int8_path_computes_the_quantized_layer(tiny_record):
+    checks = {c["name"]: c for c in tiny_record["checks"]}
+    for name in ("int8_dequant_matmul", "int8_fused_aten_cpu", "int8_fused_triton.interpreter"):
+        for m in (1, 3):
+            assert checks[f"{name}.m{m}"]["passed"], checks[f"{name}.m{m}"]
+    assert checks["decode_static_equals_decode"]["passed"]
+    assert all(c["passed"] for c in checks.values())
+
+
+def test_quantization_error_is_small_and_the_model_agrees(tiny_record):
+    m = tiny_record["metrics"]
+    assert 0 < m["linear.quantization_rel_error"]["value"] < 0.02  # per-channel INT8: well under 1% typically
+    assert m["model.top1_agreement"]["value"] > 0.95
+    assert abs(m["model.loss_int8"]["value"] - m["model.loss_full"]["value"]) < 0.05
+
+
+def test_gpu_only_parts_are_recorded_as_not_run(tiny_record):
+    not_run = {n["variant"] for n in tiny_record["not_run"]}
+    assert {"cuda_graph", "int8_fused_triton (timing)"} <= not_run
+    assert not any(name.startswith("cuda_graph.") for name in tiny_record["metrics"])
+    assert "fraction_of_ceiling" in tiny_record["metrics"]["linear.int8_fused_aten_cpu.rows1_gbps"]
+
