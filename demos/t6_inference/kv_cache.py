@@ -39,8 +39,8 @@ target, _, model_info = trained_models(device, run.size, log=run.log)
 # On a CPU the model runs with **one intra-op thread**: its matrices (128 wide at the CPU size) are far below the
 # size where splitting one op across threads pays, and CPU serving scales with one worker per core
 # instead. (A second thread also makes every op wait for it whenever the machine is busy with
-# other work: a one-token decode step measured 2.3 ms with one thread and 64 ms with two on this
-# shared machine under load.) The harness's ceilings are measured with every thread.
+# other work: on this shared machine, a one-token decode step became more than ten times slower
+# with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%
 machine_threads = torch.get_num_threads()
@@ -50,6 +50,8 @@ cfg = target.cfg
 run.metric("model.params_m", target.n_params() / 1e6, "M", label="target model parameters (millions)")
 run.metric("model.held_out_bits_per_byte", model_info["target"]["held_out_bits_per_byte"], "bits/byte",
            label="target model: held-out loss after its brief training")
+run.metric("model.train_s", model_info["target"]["train_s"] + model_info["draft"]["train_s"], "s",
+           label="training time of the target and the draft, when they were trained (cached since)")
 
 # %% [markdown]
 # ## Two ways to generate

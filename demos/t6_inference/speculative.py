@@ -40,8 +40,8 @@ prompt_len, n_new, draft_lengths, n_checked, n_timed = run.sizes
 # On a CPU the model runs with **one intra-op thread**: its matrices (128 wide at the CPU size) are far below the
 # size where splitting one op across threads pays, and CPU serving scales with one worker per core
 # instead. (A second thread also makes every op wait for it whenever the machine is busy with
-# other work: a one-token decode step measured 2.3 ms with one thread and 64 ms with two on this
-# shared machine under load.) The harness's ceilings are measured with every thread.
+# other work: on this shared machine, a one-token decode step became more than ten times slower
+# with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%
 machine_threads = torch.get_num_threads()

@@ -45,7 +45,7 @@ import triton.language as tl  # noqa: E402
 # %% [markdown]
 # On a CPU every measurement below uses **one thread**. On this shared 2-core machine, a second
 # OpenMP thread made the timings snap to multiples of the scheduler's 4 ms tick whenever other work
-# was running (a 64 MiB GEMV measured exactly 8.0 ms, whatever the format). One thread gives
+# was running (a 64 MiB GEMV took exactly two ticks, whatever its format). One thread gives
 # honest single-core numbers; for the memory-bound case, the yardstick is then a copy on one
 # thread, measured here in the same run (the harness's ceilings use every thread).
 
