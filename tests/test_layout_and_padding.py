@@ -26,7 +26,8 @@ def tiny_record(tmp_path_factory):
 def test_all_variants_correct(tiny_record):
     names = {c["name"] for c in tiny_record["checks"]}
     assert {"conv.channels-first", "conv.channels-last", "conv.NCHW", "matmul.odd", "matmul.multiple_of_8",
-            "matmul.multiple_of_64", "matmul.odd.padded_on_every_call", "matmul.odd.padded_once_ahead"} <= names
+            "matmul.multiple_of_64", "matmul.odd.padded_once_ahead", "gemv.unpadded", "gemv.weights_padded_once_ahead",
+            "gemv.weights_padded_on_every_call"} <= names
     assert all(c["passed"] for c in tiny_record["checks"])
 
 
@@ -39,8 +40,9 @@ def test_layouts_as_intended(tiny_record):
 def test_metrics(tiny_record):
     m = tiny_record["metrics"]
     for name in ("conv.channels_last_speedup", "conv.convert_around_speedup", "matmul.aligned_over_odd",
-                 "matmul.pad_once_over_odd", "matmul.pad_every_call_over_odd"):
+                 "matmul.pad_once_over_odd", "gemv.pad_every_call_slowdown"):
         assert m[name]["unit"] == "x" and m[name]["value"] > 0
     assert 0 < m["matmul.odd.tflops"]["fraction_of_ceiling"]
     rows = next(t for t in tiny_record["tables"] if t["name"] == "matmul")["rows"]
     assert [r[0].split(" ")[0] for r in rows[:3]] == ["125", "120", "128"]
+    assert 0 < m["conv.conversion_cost_fraction"]["value"] < 1

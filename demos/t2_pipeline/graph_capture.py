@@ -215,10 +215,25 @@ run.metric("aot.backward_ops", sum(op_counts(bw_graph).values()), "ops", label="
 run.metric("aot.saved_activations", len(saved), "tensors",
            label="activations the forward saves for the backward (parameters and input not counted)")
 run.metric("aot.saved_mb", saved_bytes / 1e6, "MB", label="their size (views counted at full size)")
+
+
+def produced_by(name: str) -> str:
+    """The forward op behind a saved tensor: 'native_layer_norm[1]' for a getitem, 'view of addmm' for a view."""
+    node = next((f for f in fw_graph.nodes if f.name == name), None)
+    if node is None or node.op != "call_function":
+        return ""
+    op = str(node.target).removeprefix("aten.").removesuffix(".default")
+    source = node.args[0] if node.args and hasattr(node.args[0], "target") else None
+    if "getitem" in op and source is not None:
+        return f"{produced_by(source.name)}[{node.args[1]}]"
+    if op.startswith(("view", "detach")) and source is not None:
+        return f"{op.split('.')[0]} of {produced_by(source.name)}"
+    return op
+
+
 run.table("aot_saved", "What the forward graph saves for the backward (min-cut partition)",
           ["saved tensor", "shape", "produced by"],
-          [[n.name, "x".join(map(str, n.meta["val"].shape)),
-            str(next((f.target for f in fw_graph.nodes if f.name == n.name), "")).removeprefix("aten.")] for n in saved])
+          [[n.name, "x".join(map(str, n.meta["val"].shape)), produced_by(n.name)] for n in saved])
 run.artifact("aot_forward_graph", excerpt(captured["forward"].code, 80))
 run.artifact("aot_backward_graph", excerpt(captured["backward"].code, 80))
 

@@ -31,6 +31,13 @@ _, seq, width, heads = run.sizes
 # provider runs it everywhere; its CUDA provider runs it too where that build is installed.
 block = make_block(width, heads, "cpu", torch.float32)
 BATCHES = (1, 3)  # two batch sizes through the one symbolic axis
+
+# On a CPU both runtimes get one thread, so the latency comparison at the end is like for like. On
+# this shared 2-core machine, PyTorch's two OpenMP threads stalled whenever another process held a
+# core, and one eager block call measured tens of milliseconds instead of about one or two.
+CPU_THREADS = 1 if not run.device.is_gpu else None
+if CPU_THREADS:
+    torch.set_num_threads(CPU_THREADS)
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 
 # %% [markdown]
@@ -82,6 +89,8 @@ def session(provider: str, optimized_path: str | None = None) -> ort.InferenceSe
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only
+    if CPU_THREADS and provider == "CPUExecutionProvider":
+        options.intra_op_num_threads = options.inter_op_num_threads = CPU_THREADS
     if optimized_path:
         options.optimized_model_filepath = optimized_path
     return ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
@@ -138,8 +147,8 @@ run.check("ort.rejects_other_sequence_length", rejected != "accepted", rejected[
 # %% [markdown]
 # ## Latency: ONNX Runtime vs PyTorch eager
 #
-# Both on the CPU, same file, same input, batch 3. This is one small block, so per-call overheads
-# matter as much as the kernels.
+# Both on the CPU (one thread each), same file, same input, batch 3. This is one small block, so
+# per-call overheads matter as much as the kernels.
 
 # %%
 x = torch.randn(BATCHES[-1], seq, width)

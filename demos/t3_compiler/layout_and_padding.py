@@ -26,16 +26,23 @@ from demos.harness.run import start
 run = start(
     "layout_and_padding",
     title="Layout and padding: channels-last convolution, matmul dimensions padded to tile multiples",
-    sizes={  # conv (batch, channels, height=width), matmul base size n (odd: n-3, multiple of 8: n-8, of 64: n)
-        "tiny": ((2, 16, 16), 128),
-        "small": ((4, 64, 56), 1024),
-        "full": ((32, 256, 56), 8192),
+    sizes={  # conv (batch, channels, height=width); square matmul base n (odd n-3, multiple of 8 n-8, of 64 n);
+        # matrix-vector base size (weights (m-3) x (m-3), one input row, as in a decode step)
+        "tiny": ((2, 16, 16), 128, 256),
+        "small": ((4, 64, 56), 1024, 2048),
+        "full": ((32, 256, 56), 8192, 8192),
     },
 )
-(batch, channels, hw), n = run.sizes
+(batch, channels, hw), n, m = run.sizes
 device = run.torch_device
 dtype = torch.bfloat16 if run.device.is_gpu else torch.float32
 TOLERANCE = {torch.float32: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=3e-2, atol=5e-2)}[dtype]
+
+# On a CPU the demo runs on one thread: on this shared 2-core machine, multi-threaded kernels
+# stalled whenever another process held a core (a 0.6 ms matrix-vector product measured 16 ms),
+# and the ratios below swung with the neighbours' load. One thread measures the kernels.
+if not run.device.is_gpu:
+    torch.set_num_threads(1)
 
 # %% [markdown]
 # ## Convolution: NCHW vs channels-last vs converting around the call
@@ -73,9 +80,7 @@ run.metric("conv.convert_around_speedup", t_cf / t_conv, "x",
            label="converting to channels-last and back around one conv, over plain channels-first")
 run.metric("conv.conversion_cost_fraction", (t_conv - t_cl) / t_conv, "fraction",
            label="share of the converted call spent outside the channels-last conv (the two layout copies)")
-run.metric("conv.channels_last_tflops", flops / t_cl / 1e12, "TFLOP/s",
-           ceiling="matmul_bf16" if dtype == torch.bfloat16 else "matmul_fp32",
-           label="channels-last conv throughput")
+run.metric("conv.channels_last_tflops", flops / t_cl / 1e12, "TFLOP/s", label="channels-last conv throughput")
 
 # %% [markdown]
 # ## Matmul: odd dimensions vs multiples of 8 and of 64
@@ -83,11 +88,11 @@ run.metric("conv.channels_last_tflops", flops / t_cl / 1e12, "TFLOP/s",
 # Square matmuls at three sizes close to each other: `n - 3` (odd: no tile divides it and rows
 # are not 16-byte aligned), `n - 8` (a multiple of 8, not of 64) and `n` (a multiple of 64). Each
 # is reported as TFLOP/s of its *own* useful work, so a slower kernel shows even though the sizes
-# differ slightly. Then the odd problem two more ways: zero-padded to `n` **on every call**
-# (the padding copies are part of the time), and padded **once** ahead of time, as a compiler does
+# differ slightly. Then the odd problem zero-padded to `n` once, ahead of time, as a compiler does
 # for weights, with only the result sliced.
 
 # %%
+ceiling = "matmul_bf16" if dtype == torch.bfloat16 else "matmul_fp32"
 matmul_rows, matmul_tflops = [], {}
 for label, size in (("odd", n - 3), ("multiple_of_8", n - 8), ("multiple_of_64", n)):
     a = torch.randn(size, size, device=device, dtype=dtype)
@@ -100,31 +105,56 @@ for label, size in (("odd", n - 3), ("multiple_of_8", n - 8), ("multiple_of_64",
     matmul_rows.append([f"{size} ({label.replace('_', ' ')})", round(t.median_s * 1e3, 3),
                         f"{t.p10_s * 1e3:.3f}-{t.p90_s * 1e3:.3f}", round(matmul_tflops[label], 3)])
 
-pad = 3
-padded_a, padded_b = F.pad(odd_a, (0, pad, 0, pad)), F.pad(odd_b, (0, pad, 0, pad))  # padded once, ahead of time
-odd_variants = {
-    "odd, padded on every call": lambda: (F.pad(odd_a, (0, pad, 0, pad)) @ F.pad(odd_b, (0, pad, 0, pad)))[:n - 3, :n - 3],
-    "odd, padded once ahead": lambda: (padded_a @ padded_b)[:n - 3, :n - 3],
-}
-odd_reference = odd_a.double() @ odd_b.double()
-for label, fn in odd_variants.items():
-    run.check_close(f"matmul.{label.replace(', ', '.').replace(' ', '_')}", fn(), odd_reference, **TOLERANCE)
-    t = run.time(fn)
-    matmul_tflops[label] = 2 * (n - 3) ** 3 / t.median_s / 1e12  # useful work only: the odd problem's FLOPs
-    matmul_rows.append([f"{n - 3} -> {n} ({label})", round(t.median_s * 1e3, 3),
-                        f"{t.p10_s * 1e3:.3f}-{t.p90_s * 1e3:.3f}", round(matmul_tflops[label], 3)])
+padded_a, padded_b = F.pad(odd_a, (0, 3, 0, 3)), F.pad(odd_b, (0, 3, 0, 3))  # padded once, ahead of time
+run.check_close("matmul.odd.padded_once_ahead", (padded_a @ padded_b)[:n - 3, :n - 3], odd_a.double() @ odd_b.double(),
+                **TOLERANCE)
+t = run.time(lambda: (padded_a @ padded_b)[:n - 3, :n - 3])
+matmul_tflops["odd, padded once ahead"] = 2 * (n - 3) ** 3 / t.median_s / 1e12  # useful work only
+matmul_rows.append([f"{n - 3} -> {n} (odd, padded once ahead)", round(t.median_s * 1e3, 3),
+                    f"{t.p10_s * 1e3:.3f}-{t.p90_s * 1e3:.3f}", round(matmul_tflops["odd, padded once ahead"], 3)])
 run.table("matmul", f"Square matmul ({str(dtype).removeprefix('torch.')}); TFLOP/s of the problem's own work",
           ["n", "median (ms)", "p10-p90 (ms)", "useful TFLOP/s"], matmul_rows)
-
-ceiling = "matmul_bf16" if dtype == torch.bfloat16 else "matmul_fp32"
 for label, value in matmul_tflops.items():
-    key = label.replace(", ", ".").replace(" ", "_")
-    run.metric(f"matmul.{key}.tflops", value, "TFLOP/s", ceiling=ceiling, label=f"matmul, {label.replace('_', ' ')}")
+    run.metric(f"matmul.{label.replace(', ', '.').replace(' ', '_')}.tflops", value, "TFLOP/s", ceiling=ceiling,
+               label=f"square matmul, {label.replace('_', ' ')}")
 run.metric("matmul.aligned_over_odd", matmul_tflops["multiple_of_64"] / matmul_tflops["odd"], "x",
            label="useful TFLOP/s, multiple of 64 over odd")
 run.metric("matmul.pad_once_over_odd", matmul_tflops["odd, padded once ahead"] / matmul_tflops["odd"], "x",
            label="odd problem: padded once ahead over unpadded")
-run.metric("matmul.pad_every_call_over_odd", matmul_tflops["odd, padded on every call"] / matmul_tflops["odd"], "x",
-           label="odd problem: padded on every call over unpadded")
+
+# %% [markdown]
+# ## Where the padding happens: once, or on every call
+#
+# Padding is only free if it is done once. A decode step multiplies one activation row by a
+# weight matrix: a matrix-vector product that reads the weights once and is memory-bound.
+# Padding the weights inside the call copies them (a read and a write) before the product reads
+# the copy, so the call moves about three times the bytes. The same odd-sized weights, three ways:
+# unpadded, padded once ahead (at load time), and padded on every call.
+
+# %%
+weights = torch.randn(m - 3, m - 3, device=device, dtype=dtype) / (m - 3) ** 0.5
+row = torch.randn(1, m - 3, device=device, dtype=dtype)
+weights_padded = F.pad(weights, (0, 3, 0, 3))
+gemv_variants = {
+    "odd, unpadded": lambda: row @ weights,
+    "odd, weights padded once ahead": lambda: (F.pad(row, (0, 3)) @ weights_padded)[:, :m - 3],
+    "odd, weights padded on every call": lambda: (F.pad(row, (0, 3)) @ F.pad(weights, (0, 3, 0, 3)))[:, :m - 3],
+}
+gemv_reference = row.double() @ weights.double()
+gemv_times = {}
+for label, fn in gemv_variants.items():
+    run.check_close(f"gemv.{label.split(', ')[1].replace(' ', '_')}", fn(), gemv_reference, **TOLERANCE)
+    gemv_times[label] = run.time(fn)
+weight_bytes = weights.numel() * weights.element_size()
+run.table("gemv", f"One row times a {m - 3}x{m - 3} weight matrix ({str(dtype).removeprefix('torch.')}, "
+          f"{weight_bytes / 1e6:.1f} MB of weights)",
+          ["variant", "median (us)", "p10-p90 (us)", "weight bytes read / time (GB/s)"],
+          [[label, round(t.median_s * 1e6, 1), f"{t.p10_s * 1e6:.1f}-{t.p90_s * 1e6:.1f}",
+            round(weight_bytes / t.median_s / 1e9, 1)] for label, t in gemv_times.items()])
+once, every = gemv_times["odd, weights padded once ahead"].median_s, gemv_times["odd, weights padded on every call"].median_s
+run.metric("gemv.pad_every_call_slowdown", every / once, "x",
+           label="matrix-vector: weights padded on every call / padded once ahead (time ratio)")
+run.metric("gemv.padded_once_gbps", weight_bytes / once / 1e9, "GB/s", ceiling="copy_bandwidth",
+           label="matrix-vector, weights padded once: weight bytes read per second")
 
 run.save()
