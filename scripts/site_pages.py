@@ -91,6 +91,21 @@ def curriculum(docs: Path = DOCS) -> dict:
     return yaml.safe_load((docs / "curriculum.yml").read_text(encoding="utf-8"))
 
 
+MD_LINK = re.compile(r"\]\(([^)\s#:]+\.md)(#[^)\s]*)?\)")
+
+
+def relink(markdown: str, page: TopicPage, from_dir: str, as_url: bool = False) -> str:
+    """Relative links of a page's fragment, rewritten for a page in ``from_dir``. ``as_url`` gives
+    the built page's URL (for HTML that MkDocs does not rewrite, such as practice cards)."""
+    def one(m: re.Match) -> str:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(page.src_uri), m.group(1)))
+        if as_url:
+            target = target.removesuffix(".md") + "/"
+        return f"]({posixpath.relpath(target, from_dir or '.')}{'/' if as_url else ''}{m.group(2) or ''})"
+
+    return MD_LINK.sub(one, markdown)
+
+
 def _link(page: TopicPage, from_dir: str) -> str:
     return posixpath.relpath(page.src_uri, from_dir or ".")
 
@@ -127,7 +142,7 @@ def cheat_sheet(from_dir: str, docs: Path = DOCS) -> str:
     for p in topic_pages(docs):
         questions = "; ".join(q for q, _ in p.questions[:2])
         out.append(f"## {p.topic}. {p.title}\n\n*{questions}* ([full answer]({_link(p, from_dir)}))\n\n"
-                   f"{p.sections.get('30-second answer', '').strip()}\n")
+                   f"{relink(p.sections.get('30-second answer', '').strip(), p, from_dir)}\n")
     return "\n".join(out) or "No topic pages yet."
 
 
@@ -136,21 +151,24 @@ def card_id(page: TopicPage, question: str) -> str:
     return hashlib.sha1(f"{page.src_uri}\n{question}".encode()).hexdigest()[:12]
 
 
-def practice_cards(to_html, from_dir: str, docs: Path = DOCS) -> list[dict]:
+def practice_cards(to_html, url_dir: str, docs: Path = DOCS) -> list[dict]:
     """Every question (answer: the 30-second answer) and follow-up (its answer) of every topic page.
 
-    ``to_html(markdown, page)`` turns a Markdown fragment of a page into HTML (markers expanded)."""
+    ``to_html(markdown, page)`` turns a Markdown fragment of a page into HTML (markers expanded);
+    ``url_dir`` is the practice page's own URL folder ("practice" for practice.md), since links in
+    the cards' HTML are not rewritten by MkDocs."""
+    from_dir = url_dir
     cards = []
     for p in topic_pages(docs):
         url = posixpath.relpath(p.src_uri.removesuffix(".md"), from_dir or ".") + "/"
         base = {"topic": p.topic, "topic_title": p.title, "url": url}
-        short = to_html(p.sections.get("30-second answer", ""), p)
+        short = to_html(relink(p.sections.get("30-second answer", ""), p, from_dir, as_url=True), p)
         for question, difficulty in p.questions:
             cards.append({**base, "id": card_id(p, question), "kind": "question", "difficulty": difficulty,
                           "question": html.escape(question), "answer": short})
         for question, answer in p.follow_ups:
             cards.append({**base, "id": card_id(p, question), "kind": "follow-up", "difficulty": p.difficulty,
-                          "question": html.escape(question), "answer": to_html(answer, p)})
+                          "question": html.escape(question), "answer": to_html(relink(answer, p, from_dir, as_url=True), p)})
     return cards
 
 
@@ -177,6 +195,9 @@ def glossary_table(docs: Path = DOCS) -> str:
 def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) -> str:
     from_dir = posixpath.dirname(page_src_uri)
 
+    stem = posixpath.splitext(page_src_uri)[0]
+    url_dir = from_dir if posixpath.basename(stem) == "index" else stem  # use_directory_urls
+
     def one(m: re.Match) -> str:
         name = m.group(1)
         if name == "topic-map":
@@ -188,7 +209,7 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
         if name == "glossary":
             return glossary_table(docs)
         if name == "practice-cards":
-            return cards_script(practice_cards(to_html, from_dir, docs))
+            return cards_script(practice_cards(to_html, url_dir, docs))
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")
 
     return PLACEHOLDER.sub(one, markdown)

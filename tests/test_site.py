@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -50,11 +51,20 @@ def test_practice_cards_are_generated_from_the_pages(built_site):
     assert fusion and all(c["difficulty"] in {"easy", "medium", "hard"} for c in cards)
     assert any(c["kind"] == "follow-up" for c in cards)
     assert all(c["answer"].strip() for c in cards)
+    urls = {c["url"] for c in cards}
+    assert "../topics/kernel-fusion/" in urls  # relative to /practice/
+    assert all((site / "practice" / u / "index.html").resolve().exists() for u in urls)
+    for card in cards:  # links inside answers point at built pages, relative to /practice/
+        for href in re.findall(r'href="([^"#]+)', card["answer"]):
+            if not href.startswith(("http", "mailto")):
+                assert href.startswith("../") and (site / "practice" / href / "index.html").resolve().exists(), href
 
 
 def test_cheat_sheet_and_glossary(built_site):
     site, _ = built_site
     cheat = (site / "cheat-sheet" / "index.html").read_text()
+    for href in re.findall(r'href="(\.\./topics/[^"#]+)', cheat):  # links from the topic pages, rewritten
+        assert (site / "cheat-sheet" / href / "index.html").resolve().exists(), href
     assert "T3. Kernel fusion" in cheat and "memory-bound" in cheat
     glossary = (site / "glossary" / "index.html").read_text()
     assert "NVIDIA Collective Communications Library" in glossary
