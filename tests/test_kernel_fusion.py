@@ -27,10 +27,11 @@ def tiny_record(tmp_path_factory):
 
 def test_every_variant_matches_the_float64_reference(tiny_record):
     checks = {c["name"]: c for c in tiny_record["checks"]}
-    for chain in ("bias_gelu", "add_ln_gelu"):
+    for chain in ("bias_relu", "bias_gelu", "add_ln_gelu"):
         for variant in ("eager", "compiled", "triton"):
-            name = f"{chain}.{variant}.64x256"
-            assert checks[name]["passed"] and checks[name]["max_abs_err"] < 1e-4, checks[name]
+            for shape in ("64x256", "37x1000"):  # the smallest size, and the ragged shape that exercises masks
+                name = f"{chain}.{variant}.{shape}"
+                assert checks[name]["passed"] and checks[name]["max_abs_err"] < 1e-4, checks[name]
     assert all(c["passed"] for c in checks.values())
 
 
@@ -46,7 +47,9 @@ def test_metrics_the_page_quotes_are_there(tiny_record):
         assert metrics[f"{chain}.compiled.first_call_s"]["value"] > 0
         assert metrics[f"{chain}.compiled.speedup_largest"]["unit"] == "x"
     assert metrics["inductor_startup_s"]["value"] > 0
-    assert [s["name"] for s in tiny_record["series"]] == ["bias_gelu", "add_ln_gelu"]
+    assert [s["name"] for s in tiny_record["series"]] == ["bias_relu", "bias_gelu", "add_ln_gelu"]
+    assert all(metrics[f"{chain}.compiled.kernels"]["value"] == 1 for chain in ("bias_relu", "bias_gelu", "add_ln_gelu"))
+    assert "kernel" in tiny_record["artifacts"]["add_ln_gelu.inductor_code"]
 
 
 def test_the_triton_kernels_catch_a_wrong_answer():
