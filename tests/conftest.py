@@ -76,3 +76,29 @@ def built_site(tmp_path_factory):
                           capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     return site, time.perf_counter() - started
+
+
+def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", timeout: float = 600,
+             launcher: list[str] | None = None) -> dict:
+    """Run ``python -m module --device cpu --size tiny`` (or under ``launcher``, e.g. torchrun) and return
+    its record. The demo runs in its own process group, and the whole group is killed afterwards, so
+    no rank it forked outlives the test, whatever happened."""
+    import signal
+
+    from demos.harness import record
+
+    command = (launcher or [sys.executable, "-m"]) + [module, "--device", "cpu", "--size", size,
+                                                      "--results-dir", str(results_dir), *extra]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, output[-5000:]
+    demo = module.rsplit(".", 1)[-1]
+    return record.load(results_dir / demo / "cpu.json")
