@@ -79,7 +79,7 @@ def built_site(tmp_path_factory):
 
 
 def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", timeout: float = 600,
-             launcher: list[str] | None = None) -> dict:
+             launcher: list[str] | None = None, env: dict | None = None) -> dict:
     """Run ``python -m module --device cpu --size tiny`` (or under ``launcher``, e.g. torchrun) and return
     its record. The demo runs in its own process group, and the whole group is killed afterwards, so
     no rank it forked outlives the test, whatever happened."""
@@ -90,7 +90,7 @@ def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", ti
     command = (launcher or [sys.executable, "-m"]) + [module, "--device", "cpu", "--size", size,
                                                       "--results-dir", str(results_dir), *extra]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         output, _ = proc.communicate(timeout=timeout)
     finally:

@@ -3,24 +3,17 @@ version materializes the score matrix and the fused ones do not, unsupported bac
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t6_inference.attention_cost", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "attention_cost" / "cpu.json")
+    return run_demo("demos.t6_inference.attention_cost", tmp_path_factory.mktemp("results"))
 
 
 def test_every_variant_equals_the_float64_reference_at_every_length(tiny_record):

@@ -4,24 +4,17 @@ and the statistics are ordered as they must be."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t6_inference.batching", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "batching" / "cpu.json")
+    return run_demo("demos.t6_inference.batching", tmp_path_factory.mktemp("results"))
 
 
 def test_littles_law_holds_for_every_simulation(tiny_record):

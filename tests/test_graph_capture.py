@@ -4,24 +4,17 @@ Inductor's generated code, all checked against the float64 reference."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t2_pipeline.graph_capture", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "graph_capture" / "cpu.json")
+    return run_demo("demos.t2_pipeline.graph_capture", tmp_path_factory.mktemp("results"))
 
 
 def value(rec, name):

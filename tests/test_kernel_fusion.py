@@ -4,25 +4,18 @@ interpreter on CPU, a valid record with the metrics the topic page quotes."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the demo must set it itself
-    proc = subprocess.run([sys.executable, "-m", "demos.t3_compiler.kernel_fusion", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "kernel_fusion" / "cpu.json")
+    return run_demo("demos.t3_compiler.kernel_fusion", tmp_path_factory.mktemp("results"), env=env)
 
 
 def test_every_variant_matches_the_float64_reference(tiny_record):

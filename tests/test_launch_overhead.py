@@ -3,24 +3,17 @@ compiled; CUDA-graph variants recorded as not run on CPU; the fit's per-op cost 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t3_compiler.launch_overhead", "--device", "cpu", "--size",
-                           "tiny", "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "launch_overhead" / "cpu.json")
+    return run_demo("demos.t3_compiler.launch_overhead", tmp_path_factory.mktemp("results"))
 
 
 def test_chains_are_correct_and_fused(tiny_record):

@@ -3,24 +3,17 @@ float64 reference, the channels-last conv really channels-last, the metrics the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t3_compiler.layout_and_padding", "--device", "cpu", "--size",
-                           "tiny", "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "layout_and_padding" / "cpu.json")
+    return run_demo("demos.t3_compiler.layout_and_padding", tmp_path_factory.mktemp("results"))
 
 
 def test_all_variants_correct(tiny_record):

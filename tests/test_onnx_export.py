@@ -3,24 +3,17 @@ to PyTorch at two batch sizes, and another sequence length refused."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t2_pipeline.onnx_export", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "onnx_export" / "cpu.json")
+    return run_demo("demos.t2_pipeline.onnx_export", tmp_path_factory.mktemp("results"))
 
 
 def test_onnx_runtime_matches_pytorch_at_two_batch_sizes(tiny_record):

@@ -3,24 +3,17 @@ for every draft length, a deliberately wrong acceptance rule is caught, and the 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t6_inference.speculative", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "speculative" / "cpu.json")
+    return run_demo("demos.t6_inference.speculative", tmp_path_factory.mktemp("results"))
 
 
 def test_output_is_identical_to_greedy_decoding_for_every_k(tiny_record):

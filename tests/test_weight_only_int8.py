@@ -4,24 +4,17 @@ CUDA-graph part is recorded as not run on a CPU."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import run_demo
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    proc = subprocess.run([sys.executable, "-m", "demos.t6_inference.weight_only_int8", "--device", "cpu", "--size",
-                           "tiny", "--results-dir", str(results)], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return record.load(results / "weight_only_int8" / "cpu.json")
+    return run_demo("demos.t6_inference.weight_only_int8", tmp_path_factory.mktemp("results"))
 
 
 def test_every_int8_path_computes_the_quantized_layer(tiny_record):
