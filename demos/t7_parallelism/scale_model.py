@@ -1,0 +1,473 @@
+# %% [markdown]
+# # Projecting training to a thousand GPUs: an alpha-beta cost model with its assumptions
+#
+# A collective on p ranks costs a latency term (alpha per step) plus a bandwidth term (beta per byte
+# each rank sends); memory per GPU is model states divided by the sharding plus the activations the
+# pipeline keeps in flight. With those two rules and a handful of stated assumptions, a layout
+# (TP x PP x DP, ZeRO stage, microbatches) can be projected to any GPU count.
+#
+# The demo does three things:
+#
+# 1. **Measures** alpha and beta of this machine's gloo collectives (all-reduce, all-gather,
+#    reduce-scatter, all-to-all on 2 and 4 ranks), fits the ring formulas to them and shows how
+#    well the formulas describe the measurements.
+# 2. **Computes** memory per GPU for a 7B and a 70B transformer under DP, ZeRO-1/2/3, TP, PP and
+#    combinations.
+# 3. **Projects** a training step (compute, TP, PP and DP communication, pipeline bubble) from 8 to
+#    1024 H100s with NVLink and InfiniBand figures from the datasheets, then again with the network
+#    this machine's gloo just measured.
+#
+# The formulas live in `demos/t7_parallelism/_scale.py` (pure Python); the same formulas run in the
+# calculator on the topic page, and a test checks that both give the same numbers.
+#
+# Sources: Hockney's alpha-beta model; the ring and pairwise algorithms in Thakur, Rabenseifner &
+# Gropp, [Optimization of Collective Communication Operations in MPICH](https://www.mcs.anl.gov/~thakur/papers/ijhpca-coll.pdf);
+# NCCL's [bus-bandwidth convention](https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md);
+# Rajbhandari et al., [ZeRO](https://arxiv.org/abs/1910.02054); Korthikanti et al.,
+# [Reducing Activation Recomputation in Large Transformer Models](https://arxiv.org/abs/2205.05198);
+# Narayanan et al., [Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM](https://arxiv.org/abs/2104.04473).
+
+# %%
+import os
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from demos.harness.device import Device, time_with_host_clock
+from demos.harness.run import start
+from demos.harness.timing import summarize
+from demos.t7_parallelism import _dist, _scale
+
+KiB, MiB = 2**10, 2**20
+
+run = start(
+    "scale_model",
+    title="Scaling a transformer to 1024 GPUs: measured alpha-beta, memory per GPU, projected step time",
+    sizes={  # world sizes measured, message sizes (bytes, full buffer), repeats per size class, elements
+        # checked, and the margin within which the fitted model must reproduce the two largest sizes
+        "tiny": {"world_sizes": (2, 4), "bytes": [4 * KiB, 64 * KiB, 1 * MiB, 8 * MiB],
+                 "repeats": {1 * MiB: 7, 64 * MiB: 3}, "check_elements": 3 * 1024, "fit_margin": 1.5},
+        "small": {"world_sizes": (2, 4), "bytes": [4 * KiB * 4**i for i in range(7)] + [32 * MiB],
+                  "repeats": {256 * KiB: 15, 64 * MiB: 9}, "check_elements": 3 * 8192,
+                  "fit_margin": 0.5},
+        "full": {"world_sizes": (2, 4, 8), "bytes": [4 * KiB * 4**i for i in range(7)] + [32 * MiB, 64 * MiB],
+                 "repeats": {256 * KiB: 25, 4 * MiB: 11, 64 * MiB: 7}, "check_elements": 3 * 8192,
+                 "fit_margin": 0.5},
+    },
+)
+sizes = run.sizes
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+# %% [markdown]
+# ## Where the ranks run
+#
+# Launched as a plain script, `_dist.launch` forks the ranks on this host (gloo over TCP on
+# 127.0.0.1, one intra-op thread per rank). Under torchrun, this process is one rank of the
+# torchrun world instead, and with one GPU per rank the collectives go through NCCL. On a GPU
+# machine without torchrun, the ranks still run on the CPU over gloo, and the NCCL measurement is
+# recorded as not run.
+#
+# On this 2-core machine, 4 ranks share 2 cores: every collective then also waits for the
+# operating system to schedule its ranks. That is part of what this machine's alpha measures.
+
+# %%
+on_gpus = run.device.is_gpu and _dist.under_torchrun() and torch.cuda.device_count() >= _dist.torchrun_world_size()
+rank_device = run.torch_device if on_gpus else torch.device("cpu")
+backend = _dist.backend_for(rank_device)
+world_sizes = (_dist.torchrun_world_size(),) if _dist.under_torchrun() else sizes["world_sizes"]
+if not on_gpus and run.device.is_gpu:
+    run.not_run("NCCL alpha/beta on NVLink", "needs >= 2 GPUs under torchrun (one rank per GPU); "
+                "the collectives below ran on CPU ranks over gloo")
+run.log(f"collectives over {backend} on {rank_device.type}, world sizes {world_sizes}, "
+        f"messages {sizes['bytes'][0] // KiB} KiB .. {sizes['bytes'][-1] // MiB} MiB")
+
+# %% [markdown]
+# ## The collectives, and what each rank should end up with
+#
+# Every size below is the **full buffer** n: the all-reduce's tensor, the all-gather's output (each
+# rank contributes n/p), the reduce-scatter's input (each rank keeps n/p), and each rank's
+# all-to-all input (it sends an n/p chunk to every rank). The ring formulas of `_scale.py`:
+#
+# | collective | alpha coefficient | beta coefficient (bytes each rank sends) |
+# |---|---|---|
+# | all-reduce (ring) | 2(p-1) | 2(p-1)/p x n |
+# | all-gather (ring) | p-1 | (p-1)/p x n |
+# | reduce-scatter (ring) | p-1 | (p-1)/p x n |
+# | all-to-all (pairwise) | p-1 | (p-1)/p x n |
+#
+# Each rank's input comes from a seeded generator, so any process can recompute what every rank
+# must receive: each rank checks its own result (float64 reference) before any timing, and the
+# main process records the check over all ranks.
+
+# %%
+def rank_input(rank: int, world: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * world + rank)
+    return torch.randn(n, generator=g)
+
+
+def expected_output(kind: str, rank: int, world: int, n: int) -> torch.Tensor:
+    """What ``rank`` must hold after the collective, in float64, from every rank's seeded input."""
+    inputs = [rank_input(r, world, n).double() for r in range(world)]
+    chunk = n // world
+    if kind == "all_reduce":
+        return sum(inputs)
+    if kind == "all_gather":
+        return torch.cat([x[:chunk] for x in inputs])
+    if kind == "reduce_scatter":
+        return sum(inputs)[rank * chunk:(rank + 1) * chunk]
+    return torch.cat([x[rank * chunk:(rank + 1) * chunk] for x in inputs])  # all_to_all
+
+
+def collective_ops(kind: str, x: torch.Tensor, world: int) -> list:
+    """The ways to run ``kind`` on x's buffers, preferred first: (API name, no-argument callable, output).
+    all_gather and reduce_scatter use the single-tensor APIs; a gloo build without them gets the
+    list APIs (the same communication)."""
+    chunk = x.numel() // world
+    if kind == "all_reduce":
+        out = x.clone()
+        return [("all_reduce", lambda: dist.all_reduce(out), out)]
+    if kind == "all_to_all":
+        out = torch.empty_like(x)
+        return [("all_to_all_single", lambda: dist.all_to_all_single(out, x), out)]
+    if kind == "all_gather":
+        out, part = torch.empty_like(x), x[:chunk].clone()
+        pieces = list(out.chunk(world))  # views into out
+        return [("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(out, part), out),
+                ("all_gather (list API)", lambda: dist.all_gather(pieces, part), out)]
+    out, pieces = torch.empty(chunk, dtype=x.dtype, device=x.device), list(x.chunk(world))  # reduce_scatter
+    return [("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(out, x), out),
+            ("reduce_scatter (list API)", lambda: dist.reduce_scatter(out, pieces), out)]
+
+
+def first_supported(kind: str, x: torch.Tensor, world: int):
+    """Run the first API this backend supports once: (API name, callable, output), or None if none is.
+    An unsupported API raises on every rank alike, before any communication."""
+    for api, op, out in collective_ops(kind, x, world):
+        try:
+            op()
+        except (RuntimeError, NotImplementedError, AttributeError):
+            continue
+        return api, op, out
+    return None
+
+# %% [markdown]
+# ## The measurement
+#
+# For every collective and message size: two warm-up calls, then repeats. Before each repeat all
+# ranks meet at a barrier; each rank times its own call with the harness's host clock, and a
+# repeat's time is the **slowest rank's** (the collective is done when the last rank is). The
+# median over repeats is the measured time. Inputs are random, never zeros. The repeats go
+# round-robin over the message sizes, so a burst of other work on the machine lands on all sizes
+# alike instead of bending the curve at one of them.
+
+# %%
+def repeats_for(n_bytes: int) -> int:
+    return next(r for limit, r in sorted(sizes["repeats"].items()) if n_bytes <= limit)
+
+
+def rank_worker(rank: int, world: int, device_type: str):
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch >= 2.13 renames the single-tensor APIs
+    device = torch.device(device_type)
+    clock = Device(kind=device.type, name="rank", device_class="rank")
+    result = {"checked": {}, "apis": {}, "times": {}}
+    n_check = sizes["check_elements"]
+    for kind in COLLECTIVES:  # 1. correctness, before any timing: a wrong result raises here
+        x = rank_input(rank, world, n_check).to(device)
+        found = first_supported(kind, x, world)
+        result["apis"][kind] = found and found[0]
+        if found is None:
+            continue
+        out = found[2]
+        expected = expected_output(kind, rank, world, n_check)
+        err = (out.double().cpu() - expected).abs().max().item()
+        if not err <= 1e-5 + 1e-5 * expected.abs().max().item():
+            raise AssertionError(f"rank {rank}/{world}: {kind} result wrong, max |err| {err:.2e}")
+        result["checked"][kind] = out.cpu()
+    for kind in COLLECTIVES:  # 2. timing
+        if result["apis"][kind] is None:
+            continue
+        ops = {}
+        for n_bytes in sizes["bytes"]:
+            x = torch.randn(n_bytes // 4, device=device)
+            ops[n_bytes] = next(op for api, op, _ in collective_ops(kind, x, world) if api == result["apis"][kind])
+            ops[n_bytes]()  # warm-up: two calls
+            ops[n_bytes]()
+            result["times"][(kind, n_bytes)] = []
+        for repeat in range(max(map(repeats_for, sizes["bytes"]))):
+            for n_bytes, op in ops.items():  # round-robin over the sizes
+                if repeat < repeats_for(n_bytes):
+                    dist.barrier()
+                    result["times"][(kind, n_bytes)] += time_with_host_clock(clock, op, 1, flush=False)
+    return result
+
+
+measured = {}  # world size -> {(kind, bytes): Timing}
+apis, unavailable = {}, set()
+for world in world_sizes:
+    ranks = _dist.launch(rank_worker, world, rank_device.type, device=rank_device)
+    if ranks is None:  # another rank under torchrun: rank 0 writes the record
+        _dist.shutdown()
+        raise SystemExit(0)
+    available = [kind for kind in COLLECTIVES if ranks[0]["apis"][kind] is not None]
+    for kind in COLLECTIVES:
+        if kind not in available:
+            unavailable.add(kind)
+            run.not_run(f"{backend}.{kind}.p{world}", f"this torch build's {backend} supports none of "
+                        + ", ".join(f"dist.{api}" for api, _, _ in collective_ops(kind, torch.zeros(world), world)))
+            continue
+        got = torch.cat([r["checked"][kind] for r in ranks])
+        expected = torch.cat([expected_output(kind, r, world, sizes["check_elements"]) for r in range(world)])
+        run.check_close(f"{backend}.{kind}.p{world}", got, expected, rtol=1e-5, atol=1e-5,
+                        reference_name=f"float64 {kind} of every rank's seeded input")
+        apis[kind] = ranks[0]["apis"][kind]
+    measured[world] = {}
+    for key in ranks[0]["times"]:
+        slowest = [max(per_rank) for per_rank in zip(*(r["times"][key] for r in ranks))]
+        measured[world][key] = summarize(slowest[0], slowest)
+    run.log(f"  {world} ranks: " + ", ".join(f"{k} {measured[world][(k, sizes['bytes'][-1])].median_s * 1e3:.1f} ms"
+                                          for k in available) + f" at {sizes['bytes'][-1] // MiB} MiB")
+for kind, api in apis.items():
+    run.log(f"  {kind}: measured with dist.{api}")
+measured_kinds = [kind for kind in COLLECTIVES if kind in apis and kind not in unavailable]
+
+# %% [markdown]
+# ## Fitting alpha and beta
+#
+# For each collective and world size: least squares on the formula's two features (the alpha and
+# beta coefficients of the table above) over every message size, with *relative* residuals so the
+# 4 KiB points count as much as the 32 MiB ones. The fit quality is the largest relative error over
+# all sizes, and over the two largest sizes, where the bandwidth term dominates (the check: within
+# 50% there; the tests' tiny run, with 3 repeats of messages up to 8 MiB, allows 150%).
+#
+# The model also claims that one (alpha, beta) serves every p; a fit over all world sizes together
+# tests that claim. Here it cannot hold: with more ranks than cores, every step of a collective also
+# waits for the scheduler, so alpha and beta grow with p. The link this machine's projection uses
+# is therefore the all-reduce fitted at the largest world size with no more ranks than cores.
+
+# %%
+FIT_MARGIN_LARGEST = sizes["fit_margin"]  # 50% at the record's sizes; looser for the tests' tiny run
+largest = sorted(sizes["bytes"])[-2:]
+cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+link_world = max([p for p in world_sizes if p <= cores] or [min(world_sizes)])
+fits = {}  # (kind, world size) -> (alpha, beta)
+fit_rows = []
+for kind in measured_kinds:
+    features = _scale.FEATURES[kind]
+
+    def points(worlds, only=None):
+        return [(*features(n, p), measured[p][(kind, n)].median_s) for p in worlds for n in sizes["bytes"]
+                if only is None or n in only]
+
+    lines = {}
+    for p in world_sizes:
+        alpha, beta = fits[(kind, p)] = _scale.fit_alpha_beta(points([p]))
+        err_all = _scale.max_relative_error(points([p]), alpha, beta)
+        err_large = _scale.max_relative_error(points([p], largest), alpha, beta)
+        run.metric(f"{backend}.{kind}.p{p}.alpha_us", alpha * 1e6, "us",
+                   label=f"{kind} on {p} ranks: fitted alpha (latency per step)")
+        run.metric(f"{backend}.{kind}.p{p}.bandwidth_gbs", 1 / beta / 1e9, "GB/s",
+                   label=f"{kind} on {p} ranks: fitted 1/beta (bytes each rank sends per second)")
+        run.metric(f"{backend}.{kind}.p{p}.max_rel_err", err_all, "fraction",
+                   label=f"{kind} on {p} ranks: largest |model - measured| / measured over all sizes")
+        run.metric(f"{backend}.{kind}.p{p}.max_rel_err_largest", err_large, "fraction",
+                   label=f"{kind} on {p} ranks: largest relative error at the two largest sizes")
+        run.check(f"fit.{kind}.p{p}.largest_sizes", err_large <= FIT_MARGIN_LARGEST,
+                  f"alpha {alpha * 1e6:.1f} us, 1/beta {1 / beta / 1e9:.3f} GB/s reproduce the measured times within "
+                  f"{err_large:.0%} at {', '.join(f'{n / MiB:g} MiB' for n in largest)} "
+                  f"(margin {FIT_MARGIN_LARGEST:.0%})")
+        fit_rows.append([kind, str(p), round(alpha * 1e6, 1), round(1 / beta / 1e9, 3), round(err_all, 3),
+                         round(err_large, 3)])
+        xs = [n / MiB for n in sizes["bytes"]]
+        lines[f"measured, {p} ranks"] = (xs, [measured[p][(kind, n)].median_s * 1e3 for n in sizes["bytes"]])
+        lines[f"model, {p} ranks"] = (xs, [_scale.collective_time(kind, n, p, alpha, beta) * 1e3
+                                            for n in sizes["bytes"]])
+    if len(world_sizes) > 1:
+        alpha, beta = _scale.fit_alpha_beta(points(world_sizes))
+        err_all = _scale.max_relative_error(points(world_sizes), alpha, beta)
+        err_large = _scale.max_relative_error(points(world_sizes, largest), alpha, beta)
+        run.metric(f"{backend}.{kind}.joint.max_rel_err_largest", err_large, "fraction",
+                   label=f"{kind}: one (alpha, beta) for every world size, largest relative error at the two "
+                         "largest sizes")
+        fit_rows.append([kind, "all together", round(alpha * 1e6, 1), round(1 / beta / 1e9, 3), round(err_all, 3),
+                         round(err_large, 3)])
+    run.series(f"{backend}_{kind}", f"{kind} over {backend}: measured vs fitted alpha-beta model",
+               "message size n (MiB, full buffer)", "time (ms)", lines, x_log=True, y_log=True)
+
+run.table("alpha_beta_fit", f"Fitted alpha and 1/beta per collective and world size ({backend}, {rank_device.type} "
+          "ranks); 'all together' = one fit over every world size", ["collective", "world size", "alpha (us)",
+                                                                    "1/beta (GB/s)", "max rel. error",
+                                                                    "max rel. error, 2 largest sizes"], fit_rows)
+run.table("collective_times", f"Measured median time per collective ({backend}), ms",
+          ["collective", "world size"] + [f"{n // KiB} KiB" if n < MiB else f"{n // MiB} MiB" for n in sizes["bytes"]],
+          [[kind, p] + [round(measured[p][(kind, n)].median_s * 1e3, 3) for n in sizes["bytes"]]
+           for kind in measured_kinds for p in world_sizes])
+
+# %% [markdown]
+# ## Memory per GPU
+#
+# Mixed-precision Adam keeps 16 bytes per parameter (2 bf16 weights, 2 bf16 gradients, 12 for the
+# fp32 master copy, momentum and variance). ZeRO-1 shards the 12 over the DP ranks, ZeRO-2 also the
+# gradients, ZeRO-3 also the weights; TP and PP divide everything by t x p. Activations (per layer,
+# per microbatch, Korthikanti et al.) with sequence parallelism and selective recomputation, the
+# setting used throughout: 34 s b h / t bytes, and with 1F1B the first stage holds p microbatches of
+# its L/p layers. First, the model against numbers derivable by hand.
+
+# %%
+P7 = 12 * 32 * 4096**2 + 32000 * 4096  # 6,573,522,944 parameters
+dp_only = _scale.memory_per_gpu(dict(_scale.MODELS["7B"], dp=64))
+run.check("model.memory_7B_dp_only", dp_only["params_total"] == P7 and dp_only["model_states_bytes"] == 16 * P7,
+          f"7B, plain DP: {dp_only['model_states_bytes']:.6e} bytes of model states = 16 B x {P7:,} parameters")
+zero3 = _scale.memory_per_gpu(dict(_scale.MODELS["7B"], dp=64, zero_stage=3))
+run.check("model.zero3_bytes_per_param", abs(zero3["model_states_bytes"] / P7 - 16 / 64) < 1e-12,
+          f"7B, ZeRO-3 over 64 GPUs: {zero3['model_states_bytes'] / P7:.6f} B/param = 16/64")
+pipe = _scale.bubble(dict(_scale.MODELS["7B"], pp=4, microbatches=8))
+run.check("model.bubble_fraction", abs(pipe["fraction"] - 3 / 11) < 1e-12,
+          f"pp=4, m=8: bubble {pipe['fraction']:.6f} of the step = (p-1)/(m+p-1) = 3/11")
+ar = _scale.bytes_sent_per_rank("all_reduce", 1e9, 8)
+run.check("model.ring_all_reduce_volume", abs(ar - 1.75e9) < 1e-3,
+          f"ring all-reduce of 1 GB on 8 ranks: each rank sends {ar / 1e9:.4f} GB = 2 x 7/8 GB")
+
+SETTING = dict(seq_len=4096, microbatch_size=1, microbatches=8, recompute="selective")
+STRATEGIES = [  # name, key in metric names, layout for N GPUs (None where N does not allow it)
+    ("DP", "dp", lambda n: dict(dp=n)),
+    ("ZeRO-1", "zero1", lambda n: dict(dp=n, zero_stage=1)),
+    ("ZeRO-2", "zero2", lambda n: dict(dp=n, zero_stage=2)),
+    ("ZeRO-3", "zero3", lambda n: dict(dp=n, zero_stage=3)),
+    ("TP8", "tp8", lambda n: dict(tp=8, dp=n // 8) if n >= 8 else None),
+    ("TP8+PP4", "tp8_pp4", lambda n: dict(tp=8, pp=4, dp=n // 32) if n >= 32 else None),
+    ("TP8+PP4+ZeRO-1", "tp8_pp4_zero1", lambda n: dict(tp=8, pp=4, dp=n // 32, zero_stage=1) if n >= 32 else None),
+]
+memory_rows = []
+for model in ("7B", "70B"):
+    run.metric(f"memory.{model}.params_b", _scale.params_count(**{k: _scale.MODELS[model][k] for k in
+                                                                 ("layers", "hidden", "vocab")}) / 1e9,
+               "billion", label=f"{model}: parameters, 12 L h^2 + V h")
+    for n_gpus in (8, 64, 512):
+        for name, key, layout in STRATEGIES:
+            if layout(n_gpus) is None:
+                continue
+            mem = _scale.memory_per_gpu(dict(_scale.MODELS[model], **SETTING, **layout(n_gpus)))
+            gb = {k: mem[k] / 1e9 for k in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                                            "total_bytes")}
+            memory_rows.append([model, n_gpus, name, *(round(v, 2) for v in gb.values()),
+                                "yes" if mem["fits"] else "no"])
+            run.metric(f"memory.{model}.{key}.{n_gpus}gpu", gb["total_bytes"], "GB",
+                       label=f"{model} on {n_gpus} GPUs, {name}: memory per GPU")
+run.table("memory", "Memory per GPU (GB), mixed-precision Adam, s=4096, b=1, sequence parallelism, selective "
+          "recomputation, 1F1B with m=8; fits = at most 80 GB",
+          ["model", "GPUs", "layout", "weights", "gradients", "optimizer", "activations", "total", "fits in 80 GB"],
+          memory_rows)
+
+# %% [markdown]
+# ## Projected step time, 8 to 1024 GPUs
+#
+# The layout for each GPU count: TP = 8 inside one NVLink node, PP the smallest power of two whose
+# first stage fits in 80 GB, DP the rest, ZeRO-1, and m = global batch / DP microbatches. The global
+# batch is fixed (1024 sequences of 4096 tokens, 4M tokens), so this is strong scaling: more GPUs
+# share the same work, and the per-GPU communication that does not shrink with it shows. Scaling
+# efficiency = tokens/s per GPU relative to the smallest GPU count whose layout fits.
+#
+# Then the same projection with this machine's network: both links replaced by the all-reduce's
+# alpha and beta fitted above (on the largest world size with a core per rank; compute stays an
+# H100's), to show what a network like this one would do to the same training.
+
+# %%
+GLOBAL_BATCH = 1024
+GPU_COUNTS = [8 * 2**i for i in range(8)]  # 8 .. 1024
+measured_link = fits[("all_reduce", link_world)]
+run.metric(f"proj_{backend}.link_ranks", link_world, "ranks",
+           label=f"world size of the {backend} all-reduce fit used as this machine's network")
+run.artifact("assumptions", _scale.assumptions_text(_scale.choose_config("7B", 64, GLOBAL_BATCH))
+             + f"\n\nScaling sweep: global batch {GLOBAL_BATCH} sequences x 4096 tokens, ZeRO-1, selective "
+               "recomputation, layouts from _scale.choose_config."
+             + f"\nThis machine's network: the {backend} all-reduce fit on {link_world} ranks, "
+               f"alpha {measured_link[0] * 1e6:.1f} us, 1/beta {1 / measured_link[1] / 1e9:.3f} GB/s, "
+               f"used for both links in the '{backend} network' projection.")
+
+PARTS = [("compute", "compute_s"), ("TP comm", "tp_comm_s"), ("PP comm", "pp_comm_s"), ("DP comm", "dp_exposed_s"),
+         ("bubble", "bubble_s")]
+efficiency_lines = {}
+for model in ("7B", "70B"):
+    rows, shares = [], {label: [] for label, _ in PARTS}
+    counts, eff, eff_measured_net, base, base_measured_net = [], [], [], None, None
+    for n_gpus in GPU_COUNTS:
+        cfg = _scale.choose_config(model, n_gpus, GLOBAL_BATCH)
+        if cfg is None:
+            rows.append([n_gpus, "does not fit"] + [None] * 14)
+            continue
+        step = _scale.step_time(cfg)
+        slow = _scale.step_time(_scale.with_link(cfg, *measured_link))
+        per_gpu, per_gpu_slow = step["tokens_per_s"] / n_gpus, slow["tokens_per_s"] / n_gpus
+        base = base or (n_gpus, per_gpu)
+        base_measured_net = base_measured_net or per_gpu_slow
+        counts.append(n_gpus)
+        eff.append(per_gpu / base[1])
+        eff_measured_net.append(per_gpu_slow / base_measured_net)
+        for label, key in PARTS:
+            shares[label].append(step[key] / step["total_s"])
+        mem = _scale.memory_per_gpu(cfg)
+        rows.append([n_gpus, f"{cfg.tp}x{cfg.pp}x{cfg.dp}", cfg.microbatches, round(mem["total_bytes"] / 1e9, 1),
+                     *(round(step[key], 3) for _, key in PARTS), round(step["total_s"], 3), round(per_gpu),
+                     round(eff[-1], 3), round(step["mfu"], 3), round(slow["total_s"], 1),
+                     round(eff_measured_net[-1], 3), round(slow["mfu"], 4)])
+        if n_gpus in (base[0], GPU_COUNTS[-1]):
+            tag = f"{n_gpus}gpu"
+            run.metric(f"proj.{model}.step_s.{tag}", step["total_s"], "s",
+                       label=f"{model} on {n_gpus} H100s ({cfg.tp}x{cfg.pp}x{cfg.dp}): projected step time, 4M tokens")
+            run.metric(f"proj.{model}.mfu.{tag}", step["mfu"], "fraction",
+                       label=f"{model} on {n_gpus} H100s: projected model FLOPs utilisation (6 P T / time / peak)")
+            for label, key in PARTS:
+                run.metric(f"proj.{model}.{key.removesuffix('_s')}_share.{tag}", step[key] / step["total_s"],
+                           "fraction", label=f"{model} on {n_gpus} H100s: {label} share of the step")
+            last_step, last_slow = step, slow
+            run.metric(f"proj_{backend}.{model}.mfu.{tag}", slow["mfu"], "fraction",
+                       label=f"{model} on {n_gpus} H100s with this machine's {backend} network: projected MFU")
+            run.metric(f"proj_{backend}.{model}.step_s.{tag}", slow["total_s"], "s",
+                       label=f"{model} on {n_gpus} H100s with this machine's {backend} network: projected step time")
+    last = GPU_COUNTS[-1]
+    run.metric(f"proj.{model}.min_gpus", base[0], "GPUs", label=f"{model}: fewest GPUs whose layout fits in 80 GB")
+    run.metric(f"proj.{model}.efficiency.{last}gpu", eff[-1], "fraction",
+               label=f"{model}: scaling efficiency at {last} GPUs (tokens/s per GPU relative to {base[0]} GPUs)")
+    run.metric(f"proj_{backend}.{model}.efficiency.{last}gpu", eff_measured_net[-1], "fraction",
+               label=f"{model} with this machine's {backend} network: scaling efficiency at {last} GPUs "
+                     f"(relative to its own {base[0]}-GPU run)")
+    run.metric(f"proj_{backend}.{model}.slowdown.{last}gpu", last_slow["total_s"] / last_step["total_s"], "x",
+               label=f"{model} on {last} GPUs: step time with the {backend} network over NVLink + InfiniBand")
+    run.table(f"projection_{model}", f"{model}: projected step (s) for a 4M-token batch on H100s, NVLink + IB NDR "
+              f"(layout TP x PP x DP, ZeRO-1, selective recomputation), and with this machine's {backend} network",
+              ["GPUs", "TPxPPxDP", "m", "memory (GB)", "compute", "TP comm", "PP comm", "DP comm", "bubble", "total",
+               "tokens/s per GPU", "efficiency", "MFU", f"total, {backend} net", f"efficiency, {backend} net",
+               f"MFU, {backend} net"], rows)
+    run.series(f"breakdown_{model}", f"{model}: where a projected step's time goes (NVLink + InfiniBand)",
+               "GPUs", "share of step time", {label: (counts, ys) for label, ys in shares.items()}, x_log=True)
+    efficiency_lines[f"{model}, NVLink + IB"] = (counts, eff)
+    efficiency_lines[f"{model}, {backend} network"] = (counts, eff_measured_net)
+run.series("scaling_efficiency", "Projected scaling efficiency (strong scaling, 4M-token batch)", "GPUs",
+           "tokens/s per GPU relative to the smallest layout that fits", efficiency_lines, x_log=True,
+           hlines={"perfect scaling": 1.0})
+
+# %% [markdown]
+# ## Reading the projection
+#
+# - **Memory decides the layout.** The 70B model's states alone are 16 B x 65B parameters ~ 1 TB, so
+#   it does not fit on one 8-GPU node even with TP = 8; with ZeRO-1 sharding the optimizer over DP,
+#   pipeline stages become unnecessary once DP is large enough.
+# - **TP traffic scales with compute, DP traffic does not.** A microbatch's TP all-reduces move
+#   bytes in proportion to L s b h, its compute is in proportion to L s b h^2: TP's share of the step
+#   is fixed by the layout and falls as 1/h (the 70B's share is about half the 7B's). The DP gradient
+#   exchange is the same bytes per GPU whatever the GPU count: as the fixed global batch is spread
+#   thinner, DP's share grows, and that is what bends the efficiency curve (overlapping it with
+#   backward, `overlap_dp`, hides part of it).
+# - **The network is the assumption that matters most.** With the alpha and beta just measured for
+#   gloo on loopback, the same layouts spend almost all their time communicating: look at the
+#   slowdown and the MFU. Their *scaling efficiency* looks fine, and that is the trap of a relative
+#   metric: the step is then almost all TP traffic, which shrinks with the per-GPU batch just as
+#   compute does.
+#
+# Everything above rests on the assumptions printed in the `assumptions` artifact; change them in
+# the calculator on the topic page.
+
+# %%
+_dist.shutdown()  # under torchrun: leave the process group before writing
+run.save()
