@@ -635,20 +635,21 @@ checked_rows = a[:256]  # the identity is checked on the first rows; every row i
 reference_rows = checked_rows.double() @ w.double()
 relative = 2e-2 if gemm_dtype == torch.bfloat16 else 1e-4  # bf16 rounds each output to 8 bits of mantissa
 tolerance = {"rtol": relative, "atol": relative * h ** 0.5}  # outputs are sums of h products: ~sqrt(h) in size
-rows, fractions = [], []
+gemm = {}
 for t in TP_DEGREES:
     shards = w.chunk(t, dim=1)
     run.check_close(f"gemm.t{t}.shards_concatenated", torch.cat([checked_rows @ shard for shard in shards], dim=1),
                     reference_rows, **tolerance, reference_name="the full product in float64")
     shard = shards[0].contiguous()
     timing = run.time(lambda: a @ shard)
-    tflops = 2 * tokens * h * shard.shape[1] / timing.median_s / 1e12
-    run.metric(f"gemm.t{t}.tflops", tflops, "TFLOP/s", ceiling=ceiling,
+    gemm[t] = (shard.shape[1], timing.median_s, 2 * tokens * h * shard.shape[1] / timing.median_s / 1e12)
+    run.metric(f"gemm.t{t}.tflops", gemm[t][2], "TFLOP/s", ceiling=ceiling,
                label=f"t={t}: the shard GEMM [{tokens}, {h}] x [{h}, {shard.shape[1]}]")
     run.metric(f"gemm.t{t}.ms", timing.median_s * 1e3, "ms", label=f"t={t}: time of one rank's shard GEMM")
-    fractions.append(tflops / run.ceilings[ceiling]["value"])
-    rows.append([t, f"[{tokens}, {h}] x [{h}, {shard.shape[1]}]", round(timing.median_s * 1e3, 3),
-                 round(tflops, 4), round(fractions[-1], 3)])
+run.finish_ceilings()  # the ceilings' second measurement, so the fractions below are the record's final ones
+fractions = [tflops / run.ceilings[ceiling]["value"] for _, _, tflops in gemm.values()]
+rows = [[t, f"[{tokens}, {h}] x [{h}, {columns}]", round(seconds * 1e3, 3), round(tflops, 4), round(fraction, 3)]
+        for (t, (columns, seconds, tflops)), fraction in zip(gemm.items(), fractions)]
 run.table("gemm", f"Column-parallel shard GEMM per rank ({str(gemm_dtype).removeprefix('torch.')}, {run.device.kind})",
           ["degree t", "shape", "median (ms)", "TFLOP/s", "fraction of matmul ceiling"], rows)
 run.series("gemm_efficiency", "Shard GEMM efficiency vs tensor-parallel degree", "degree t",
