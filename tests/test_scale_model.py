@@ -122,13 +122,18 @@ def test_zero_communication_volumes():
     assert vol[3] == pytest.approx(3 * 4 * 7 / 8 * grads)
 
 
-def test_chooser():
-    small = _scale.choose_config("7B", 8, 1024)
-    assert (small.tp, small.pp, small.dp, small.microbatches) == (8, 1, 1, 1024)
+def test_chooser_picks_the_fastest_layout_that_fits():
     assert _scale.choose_config("70B", 8, 1024) is None  # 70B does not fit on one node
-    big = _scale.choose_config("70B", 16, 1024)
-    assert (big.tp, big.pp, big.dp) == (8, 2, 1) and _scale.memory_per_gpu(big)["fits"]
-    assert _scale.choose_config("7B", 4, 64).tp == 4
+    for model, gpus in (("7B", 8), ("7B", 64), ("70B", 16), ("70B", 64)):
+        layouts = _scale.candidate_layouts(model, gpus, 1024)
+        assert {(c.tp, c.pp) for c in layouts} >= {(1, 1), (8, 1)}
+        assert all(c.tp * c.pp * c.dp == gpus and c.dp * c.microbatches == 1024 for c in layouts)
+        fitting = [c for c in layouts if _scale.memory_per_gpu(c)["fits"]]
+        chosen = _scale.choose_config(model, gpus, 1024)
+        assert chosen in fitting
+        assert _scale.step_time(chosen)["total_s"] == min(_scale.step_time(c)["total_s"] for c in fitting)
+    assert max(c.tp for c in _scale.candidate_layouts("7B", 64, 1024)) == 8  # TP stays inside a node by default
+    assert max(c.tp for c in _scale.candidate_layouts("7B", 64, 1024, max_tp=16)) == 16
 
 
 @pytest.mark.parametrize("change, message", [

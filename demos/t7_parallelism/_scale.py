@@ -486,25 +486,37 @@ def step_time(cfg) -> dict:
 # -- choosing a layout, and the assumptions as text --------------------------------------------------
 
 
-def choose_config(model: str, gpus: int, global_batch: int, seq_len: int = 4096, microbatch_size: int = 1,
-                  zero_stage: int = 1, recompute: str = "selective", **overrides) -> Config | None:
-    """The layout the scaling sweep uses: TP = min(8, GPUs) inside an NVLink node, PP the smallest power
-    of two whose first stage fits in GPU memory, DP the rest; m = global batch / (DP x microbatch size).
-    ``global_batch`` counts sequences. None when no power of two fits."""
+def candidate_layouts(model: str, gpus: int, global_batch: int, seq_len: int = 4096, microbatch_size: int = 1,
+                      zero_stage: int = 1, recompute: str = "selective", max_tp: int | None = None,
+                      **overrides) -> list[Config]:
+    """Every valid layout of ``gpus``: TP a power of two up to ``max_tp`` (default: the GPUs of one node),
+    PP a power of two that divides the layers, DP the rest, m = global batch / (DP x microbatch size).
+    ``global_batch`` counts sequences. Whether a layout fits in memory is not checked here."""
     base = dict(MODELS[model], seq_len=seq_len, microbatch_size=microbatch_size, zero_stage=zero_stage,
                 recompute=recompute, **overrides)
-    tp = min(base.get("gpus_per_node", Config.gpus_per_node), gpus)
-    if gpus % tp:
-        raise ValueError(f"{gpus} GPUs do not split into TP groups of {tp}")
-    pp = 1
-    while pp <= gpus // tp:
-        dp = gpus // (tp * pp)
-        if (gpus // tp) % pp == 0 and base["layers"] % pp == 0 and global_batch % (dp * microbatch_size) == 0:
-            cfg = Config(**base, tp=tp, pp=pp, dp=dp, microbatches=global_batch // (dp * microbatch_size))
-            if memory_per_gpu(cfg)["fits"]:
-                return cfg
-        pp *= 2
-    return None
+    max_tp = max_tp or base.get("gpus_per_node", Config.gpus_per_node)
+    layouts = []
+    tp = 1
+    while tp <= min(max_tp, gpus):
+        pp = 1
+        while tp * pp <= gpus:
+            dp = gpus // (tp * pp)
+            if gpus % (tp * pp) == 0 and global_batch % (dp * microbatch_size) == 0:
+                cfg = Config(**base, tp=tp, pp=pp, dp=dp, microbatches=global_batch // (dp * microbatch_size))
+                if not problem(cfg):
+                    layouts.append(cfg)
+            pp *= 2
+        tp *= 2
+    return layouts
+
+
+def choose_config(model: str, gpus: int, global_batch: int, **options) -> Config | None:
+    """The layout the scaling sweep uses: of the candidate layouts that fit in GPU memory, the one with
+    the lowest projected step time (ties: the smaller model-parallel size TP x PP). None when none fits."""
+    fitting = [c for c in candidate_layouts(model, gpus, global_batch, **options) if memory_per_gpu(c)["fits"]]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda c: (step_time(c)["total_s"], c.tp * c.pp))
 
 
 def with_link(cfg, alpha_s: float, beta_s_per_byte: float) -> Config:

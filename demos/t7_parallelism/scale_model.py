@@ -390,31 +390,34 @@ PARTS = [("compute", "compute_s"), ("TP comm", "tp_comm_s"), ("PP comm", "pp_com
 efficiency_lines = {}
 for model in ("7B", "70B"):
     rows, shares = [], {label: [] for label, _ in PARTS}
-    counts, eff, eff_measured_net, base, base_measured_net = [], [], [], None, None
+    counts, eff, base = [], [], None
     for n_gpus in GPU_COUNTS:
         cfg = _scale.choose_config(model, n_gpus, GLOBAL_BATCH)
         if cfg is None:
-            rows.append([n_gpus, "does not fit"] + [None] * 14)
+            rows.append([n_gpus, "does not fit"] + [None] * 13)
             continue
         step = _scale.step_time(cfg)
         slow = _scale.step_time(_scale.with_link(cfg, *measured_link))
-        per_gpu, per_gpu_slow = step["tokens_per_s"] / n_gpus, slow["tokens_per_s"] / n_gpus
+        per_gpu = step["tokens_per_s"] / n_gpus
         base = base or (n_gpus, per_gpu)
-        base_measured_net = base_measured_net or per_gpu_slow
         counts.append(n_gpus)
         eff.append(per_gpu / base[1])
-        eff_measured_net.append(per_gpu_slow / base_measured_net)
         for label, key in PARTS:
             shares[label].append(step[key] / step["total_s"])
         mem = _scale.memory_per_gpu(cfg)
         rows.append([n_gpus, f"{cfg.tp}x{cfg.pp}x{cfg.dp}", cfg.microbatches, round(mem["total_bytes"] / 1e9, 1),
                      *(round(step[key], 3) for _, key in PARTS), round(step["total_s"], 3), round(per_gpu),
                      round(eff[-1], 3), round(step["mfu"], 3), round(slow["total_s"], 1),
-                     round(eff_measured_net[-1], 3), round(slow["mfu"], 4)])
+                     round(slow["mfu"], 4)])
         if n_gpus in (base[0], GPU_COUNTS[-1]):
             tag = f"{n_gpus}gpu"
             run.metric(f"proj.{model}.step_s.{tag}", step["total_s"], "s",
                        label=f"{model} on {n_gpus} H100s ({cfg.tp}x{cfg.pp}x{cfg.dp}): projected step time, 4M tokens")
+            for degree in ("tp", "pp", "dp", "microbatches"):
+                run.metric(f"proj.{model}.{degree}.{tag}", getattr(cfg, degree), "microbatches" if degree ==
+                           "microbatches" else "GPUs", label=f"{model} on {n_gpus} H100s: {degree} of the chosen layout")
+            run.metric(f"proj.{model}.memory_gb.{tag}", mem["total_bytes"] / 1e9, "GB",
+                       label=f"{model} on {n_gpus} H100s: memory per GPU of the chosen layout")
             run.metric(f"proj.{model}.mfu.{tag}", step["mfu"], "fraction",
                        label=f"{model} on {n_gpus} H100s: projected model FLOPs utilisation (6 P T / time / peak)")
             for label, key in PARTS:
@@ -429,41 +432,89 @@ for model in ("7B", "70B"):
     run.metric(f"proj.{model}.min_gpus", base[0], "GPUs", label=f"{model}: fewest GPUs whose layout fits in 80 GB")
     run.metric(f"proj.{model}.efficiency.{last}gpu", eff[-1], "fraction",
                label=f"{model}: scaling efficiency at {last} GPUs (tokens/s per GPU relative to {base[0]} GPUs)")
-    run.metric(f"proj_{backend}.{model}.efficiency.{last}gpu", eff_measured_net[-1], "fraction",
-               label=f"{model} with this machine's {backend} network: scaling efficiency at {last} GPUs "
-                     f"(relative to its own {base[0]}-GPU run)")
     run.metric(f"proj_{backend}.{model}.slowdown.{last}gpu", last_slow["total_s"] / last_step["total_s"], "x",
                label=f"{model} on {last} GPUs: step time with the {backend} network over NVLink + InfiniBand")
     run.table(f"projection_{model}", f"{model}: projected step (s) for a 4M-token batch on H100s, NVLink + IB NDR "
               f"(layout TP x PP x DP, ZeRO-1, selective recomputation), and with this machine's {backend} network",
               ["GPUs", "TPxPPxDP", "m", "memory (GB)", "compute", "TP comm", "PP comm", "DP comm", "bubble", "total",
-               "tokens/s per GPU", "efficiency", "MFU", f"total, {backend} net", f"efficiency, {backend} net",
+               "tokens/s per GPU", "efficiency", "MFU", f"total, {backend} net",
                f"MFU, {backend} net"], rows)
     run.series(f"breakdown_{model}", f"{model}: where a projected step's time goes (NVLink + InfiniBand)",
                "GPUs", "share of step time", {label: (counts, ys) for label, ys in shares.items()}, x_log=True)
     efficiency_lines[f"{model}, NVLink + IB"] = (counts, eff)
-    efficiency_lines[f"{model}, {backend} network"] = (counts, eff_measured_net)
 run.series("scaling_efficiency", "Projected scaling efficiency (strong scaling, 4M-token batch)", "GPUs",
            "tokens/s per GPU relative to the smallest layout that fits", efficiency_lines, x_log=True,
            hlines={"perfect scaling": 1.0})
 
 # %% [markdown]
+# ## TP vs PP at a fixed size: every layout of 64 GPUs for the 70B model
+#
+# The sweep above keeps, at each GPU count, the layout with the lowest projected step time. This
+# table shows the trade-off it chose from: every way to split 64 GPUs (8 nodes) into TP x PP x DP for
+# the 70B model, whether it fits, and where its time goes. TP up to 16 is included, so one row has
+# its TP group span two nodes: its all-reduces then run over InfiniBand instead of NVLink.
+
+# %%
+LAYOUT_GPUS = 64
+layout_rows = []
+for cfg in _scale.candidate_layouts("70B", LAYOUT_GPUS, GLOBAL_BATCH, max_tp=16):
+    mem, step = _scale.memory_per_gpu(cfg), _scale.step_time(cfg)
+    layout_rows.append((step["total_s"] if mem["fits"] else float("inf"), cfg, mem, step))
+layout_rows.sort(key=lambda row: (row[0], row[1].tp * row[1].pp))
+run.table("layouts_70B_64gpu", f"70B on {LAYOUT_GPUS} H100s: every TP x PP x DP layout (4M-token batch, ZeRO-1, "
+          "selective recomputation), fastest first; TP 16 spans two nodes",
+          ["TPxPPxDP", "m", "memory (GB)", "fits", "compute (s)", "TP comm", "PP comm", "DP comm", "bubble", "total (s)"],
+          [[f"{c.tp}x{c.pp}x{c.dp}", c.microbatches, round(mem["total_bytes"] / 1e9, 1), "yes" if mem["fits"] else "no",
+            *(round(step[key], 3) for _, key in PARTS), round(step["total_s"], 3)] for _, c, mem, step in layout_rows])
+
+
+def best_layout(rows, condition):
+    """The fastest fitting layout among the rows that satisfy the condition."""
+    return next(row for row in rows if row[0] != float("inf") and condition(row[1]))
+
+
+named_layouts = {
+    "best": best_layout(layout_rows, lambda c: True),
+    "tp8_pp1": best_layout(layout_rows, lambda c: c.tp == 8 and c.pp == 1),
+    "tp16": best_layout(layout_rows, lambda c: c.tp == 16),
+}
+for name, (_, cfg, mem, step) in named_layouts.items():
+    prefix = f"layouts.70B.{LAYOUT_GPUS}gpu.{name}"
+    shape = f"{cfg.tp}x{cfg.pp}x{cfg.dp}"
+    run.metric(f"{prefix}.step_s", step["total_s"], "s", label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: projected step")
+    for degree in ("tp", "pp", "dp"):
+        run.metric(f"{prefix}.{degree}", getattr(cfg, degree), "GPUs", label=f"70B, {shape}: {degree.upper()} degree")
+    run.metric(f"{prefix}.memory_gb", mem["total_bytes"] / 1e9, "GB", label=f"70B, {shape}: memory per GPU")
+    for label, key in PARTS:
+        run.metric(f"{prefix}.{key.removesuffix('_s')}_share", step[key] / step["total_s"], "fraction",
+                   label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: {label} share of the step")
+run.check("model.tp_across_nodes_is_slower",
+          named_layouts["tp16"][3]["tp_comm_s"] > named_layouts["tp8_pp1"][3]["tp_comm_s"],
+          "TP 16 (two nodes, InfiniBand) spends more time in TP all-reduces than TP 8 (NVLink): "
+          f"{named_layouts['tp16'][3]['tp_comm_s']:.2f} s vs {named_layouts['tp8_pp1'][3]['tp_comm_s']:.2f} s")
+
+# %% [markdown]
 # ## Reading the projection
 #
-# - **Memory decides the layout.** The 70B model's states alone are 16 B x 65B parameters ~ 1 TB, so
-#   it does not fit on one 8-GPU node even with TP = 8; with ZeRO-1 sharding the optimizer over DP,
-#   pipeline stages become unnecessary once DP is large enough.
-# - **TP traffic scales with compute, DP traffic does not.** A microbatch's TP all-reduces move
-#   bytes in proportion to L s b h, its compute is in proportion to L s b h^2: TP's share of the step
-#   is fixed by the layout and falls as 1/h (the 70B's share is about half the 7B's). The DP gradient
-#   exchange is the same bytes per GPU whatever the GPU count: as the fixed global batch is spread
-#   thinner, DP's share grows, and that is what bends the efficiency curve (overlapping it with
-#   backward, `overlap_dp`, hides part of it).
+# - **Memory decides what is allowed.** The 70B model's states are 16 B per parameter, about a
+#   terabyte, so it does not fit on one 8-GPU node even with TP = 8; ZeRO-1 then shards the
+#   optimizer over DP, and PP divides everything by the number of stages.
+# - **Among the layouts that fit, the model trades TP traffic against the bubble.** TP's all-reduces
+#   move bytes in proportion to L s b h per microbatch while its compute grows as L s b h^2, so TP's
+#   share of the step is set by the layout (and falls as 1/h); it is fully exposed here. PP costs
+#   only small point-to-point messages plus the bubble (p-1)/(m+p-1), and with a 4M-token batch m is
+#   large, so for this batch the model prefers narrow TP and deep PP. With a small global batch (few
+#   microbatches) the bubble grows and TP 8 wins: the best layout depends on the batch, not only on
+#   the model. Real systems also pay costs this model leaves out (stage imbalance, p2p latency
+#   jitter, smaller GEMMs), and they overlap part of TP's traffic: treat the ranking of close layouts
+#   as a tie.
+# - **Scaling efficiency** is tokens/s per GPU relative to the smallest GPU count that fits. For the
+#   70B model it exceeds 1 at first: 16 GPUs only fit with TP 8, whose exposed all-reduces cost more
+#   than the bubble of the layouts that 32 GPUs allow. At the largest counts the fixed batch is spread
+#   thin: fewer microbatches per pipeline, so the bubble and the exposed DP exchange grow.
 # - **The network is the assumption that matters most.** With the alpha and beta just measured for
-#   gloo on loopback, the same layouts spend almost all their time communicating: look at the
-#   slowdown and the MFU. Their *scaling efficiency* looks fine, and that is the trap of a relative
-#   metric: the step is then almost all TP traffic, which shrinks with the per-GPU batch just as
-#   compute does.
+#   gloo on loopback, the same layouts spend most of their time communicating: see the slowdown and
+#   the MFU columns.
 #
 # Everything above rests on the assumptions printed in the `assumptions` artifact; change them in
 # the calculator on the topic page.
