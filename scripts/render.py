@@ -143,7 +143,7 @@ def device_tab(rec: dict, state: str, page_dir: str) -> str:
         parts.append(table_md(table))
     for series in rec["series"]:
         url = posixpath.relpath(plot_path(rec["demo"], rec["device_class"], series["name"]), page_dir or ".")
-        parts.append(f"![{esc(series['title'])}]({url})")
+        parts.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
     checks = rec["checks"]
     failed = [c for c in checks if not c["passed"]]
     title = f"{len(checks) - len(failed)} of {len(checks)} correctness checks passed"

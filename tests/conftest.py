@@ -102,3 +102,36 @@ def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", ti
     assert proc.returncode == 0, output[-5000:]
     demo = module.rsplit(".", 1)[-1]
     return record.load(results_dir / demo / "cpu.json")
+
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's Chromium, headless, driven by Playwright (never a browser download). Skipped when it is
+    not installed, except in CI, where that is a failure."""
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} not found: install Debian's chromium package (apt-get install -y chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield browser
+        browser.close()
+
+
+def set_field(page, element_id: str, value) -> None:
+    """Set a form field by id: a checkbox (bool), a select (option value) or an input (typed text)."""
+    element = page.locator(f"#{element_id}")
+    if isinstance(value, bool):
+        element.set_checked(value)
+    elif element.evaluate("e => e.tagName") == "SELECT":
+        element.select_option(str(value))
+    else:
+        element.fill(str(value))

@@ -8,22 +8,20 @@ times in artifacts/browser-timings.json.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, set_field
+from demos.t7_parallelism import _scale
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = REPO / "artifacts"
 SHOTS = ARTIFACTS / "screenshots"
 LOAD_BUDGET_S = 1.0
@@ -59,27 +57,10 @@ def server(built_site):
         print("\npage load times (s):", TIMINGS)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} not found: install Debian's chromium package (apt-get install -y chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield b
-        b.close()
-
-
 @pytest.fixture
-def page(browser, server):
+def page(chromium, server):
     """A fresh page that records console errors and requests to other hosts; both must stay empty."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
     pg = context.new_page()
     errors: list[str] = []
     foreign: list[str] = []
@@ -119,7 +100,7 @@ def test_topic_page_shows_measured_table_and_plot(page):
     assert "GB/s" in block.inner_text() and "Measured on" in block.inner_text()
     plot = block.locator("img").first
     plot.scroll_into_view_if_needed()
-    assert page.evaluate("(img) => img.complete && img.naturalWidth > 0", plot.element_handle())
+    page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=plot.element_handle(), timeout=10_000)
     block.screenshot(path=str(SHOTS / "topic-measured-cpu.png"))
 
 
@@ -178,3 +159,27 @@ def test_cheat_sheet_prints_without_navigation(page):
     assert not page.locator(".md-header").first.is_visible()
     assert "30-second" not in page.locator("h1").first.inner_text()  # the page itself still prints
     assert page.locator("h2").first.is_visible()
+
+
+def test_parallel_calculator_agrees_with_the_python_model(page):
+    load(page, "topics/parallelism/", "topic-parallelism")
+    calculator = page.locator("#parallel-calculator")
+    calculator.scroll_into_view_if_needed()
+    assert page.locator("#pc-error").is_hidden()
+    set_field(page, "pc-model", "70B")
+    assert page.locator("#pc-layers").input_value() == "80"  # the preset fills the shape
+    for element_id, value in (("pc-gpus", 64), ("pc-tp", 8), ("pc-pp", 4), ("pc-microbatches", 16),
+                              ("pc-zero-stage", 1), ("pc-recompute", "selective")):
+        set_field(page, element_id, value)
+    cfg = _scale.Config(**_scale.MODELS["70B"], tp=8, pp=4, dp=2, microbatches=16, zero_stage=1,
+                        recompute="selective")
+    assert page.locator("#pc-dp").inner_text() == "2"
+    shown_gb = float(page.locator("#pc-memory-total").inner_text().split()[0])
+    assert shown_gb == round(_scale.memory_per_gpu(cfg)["total_bytes"] / 1e9, 2)
+    shown_bubble = float(page.locator("#pc-bubble").inner_text().split("%")[0])
+    assert shown_bubble == round(100 * _scale.bubble(cfg)["fraction"], 1)
+    calculator.screenshot(path=str(SHOTS / "parallel-calculator.png"))
+    set_field(page, "pc-gpus", 60)  # not a multiple of TP x PP
+    assert page.locator("#pc-error").is_visible()
+    assert "divisible by TP x PP" in page.locator("#pc-error").inner_text()
+    assert page.locator("#pc-memory-total").inner_text() == "–"

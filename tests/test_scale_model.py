@@ -8,17 +8,14 @@ import dataclasses
 import itertools
 import json
 import math
-import os
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_demo
+from conftest import REPO, run_demo, set_field
 from demos.t7_parallelism import _scale
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 JS = REPO / "docs" / "assets" / "parallel-calculator.js"
 HTML = REPO / "docs" / "includes" / "parallel-calculator.html"
 P7 = 12 * 32 * 4096**2 + 32000 * 4096  # 6,573,522,944
@@ -237,29 +234,17 @@ def assert_same(py, js, where: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def page():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} not found: install Debian's chromium package (apt-get install -y chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        pg = browser.new_page()
-        errors, requests = [], []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.on("request", lambda r: requests.append(r.url))
-        pg.set_content("<!doctype html><html><body>" + HTML.read_text(encoding="utf-8") + "</body></html>")
-        pg.add_script_tag(content=JS.read_text(encoding="utf-8"))
-        yield pg
-        assert not errors, errors
-        assert not [u for u in requests if not u.startswith(("about:", "data:"))], requests
-        browser.close()
+def page(chromium):
+    pg = chromium.new_page()
+    errors, requests = [], []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.on("request", lambda r: requests.append(r.url))
+    pg.set_content("<!doctype html><html><body>" + HTML.read_text(encoding="utf-8") + "</body></html>")
+    pg.add_script_tag(content=JS.read_text(encoding="utf-8"))
+    yield pg
+    assert not errors, errors
+    assert not [u for u in requests if not u.startswith(("about:", "data:"))], requests
 
 
 def test_js_matches_python_on_a_grid(page):
@@ -282,21 +267,11 @@ def test_js_defaults_are_python_defaults(page):
         assert (links[key]["bandwidth_gbs"], links[key]["alpha_us"]) == (link.bandwidth_gbs, link.alpha_us)
 
 
-def _set(page, element_id: str, value) -> None:
-    element = page.locator(f"#{element_id}")
-    if isinstance(value, bool):
-        element.set_checked(value)
-    elif element.evaluate("e => e.tagName") == "SELECT":
-        element.select_option(str(value))
-    else:
-        element.fill(str(value))
-
-
 def test_the_form_shows_the_model_and_refuses_bad_input(page):
-    _set(page, "pc-model", "70B")
+    set_field(page, "pc-model", "70B")
     for element_id, value in (("pc-gpus", 64), ("pc-tp", 8), ("pc-pp", 4), ("pc-microbatches", 16),
                               ("pc-zero-stage", 1), ("pc-recompute", "selective")):
-        _set(page, element_id, value)
+        set_field(page, element_id, value)
     cfg = dict(_scale.MODELS["70B"], tp=8, pp=4, dp=2, microbatches=16, zero_stage=1, recompute="selective")
     mem, step = _scale.memory_per_gpu(cfg), _scale.step_time(cfg)
     assert page.locator("#pc-dp").inner_text() == "2"
@@ -305,15 +280,15 @@ def test_the_form_shows_the_model_and_refuses_bad_input(page):
     assert page.locator("#pc-bubble").inner_text().startswith(f"{100 * _scale.bubble(cfg)['fraction']:.1f}%")
     assert page.locator("#pc-error").is_hidden()
 
-    _set(page, "pc-gpus", 60)  # not divisible by TP x PP = 32
+    set_field(page, "pc-gpus", 60)  # not divisible by TP x PP = 32
     assert page.locator("#pc-error").is_visible()
     assert "divisible by TP x PP" in page.locator("#pc-error").inner_text()
     assert page.locator("#pc-memory-total").inner_text() == "–"
-    _set(page, "pc-gpus", 64)
-    _set(page, "pc-layers", "")  # empty field: a message, never NaN
+    set_field(page, "pc-gpus", 64)
+    set_field(page, "pc-layers", "")  # empty field: a message, never NaN
     assert page.locator("#pc-error").inner_text() == "layers must be a whole number >= 1"
     assert page.locator("#pc-model").input_value() == "custom"
-    _set(page, "pc-model", "7B")
+    set_field(page, "pc-model", "7B")
     assert page.locator("#pc-layers").input_value() == "32"
     assert page.locator("#pc-error").is_hidden()
     assert "NaN" not in page.locator("#parallel-calculator").inner_text()
