@@ -87,6 +87,30 @@ def _launch_here(worker, args, device):
     return gathered
 
 
+def loopback_tx_bytes() -> int | None:
+    """Bytes sent over the loopback interface by every process on this machine (``lo`` in
+    /proc/net/dev, transmit counter), TCP/IP headers included; None where there is no such file."""
+    try:
+        with open("/proc/net/dev") as f:
+            for line in f:
+                name, _, counters = line.partition(":")
+                if name.strip() == "lo":
+                    return int(counters.split()[8])  # receive has 8 fields, then transmit bytes
+    except OSError:
+        pass
+    return None
+
+
+def bytes_written_by_this_process() -> int | None:
+    """``wchar`` of /proc/self/io: bytes this process (all its threads) handed to write-type calls,
+    sockets included, so other programs' traffic cannot disturb it; None where there is no such file."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+    except (OSError, StopIteration):
+        return None
+
+
 def shutdown() -> None:
     """End this process's process group (under torchrun; a no-op otherwise)."""
     if dist.is_initialized():

@@ -257,27 +257,13 @@ def count_collectives(step, rank: int) -> dict | None:
                                     if e.name.startswith(("c10d::", f"{backend}:"))))
 
 
-def written_bytes() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
-
-
-def lo_tx_bytes() -> int:
-    with open("/proc/net/dev") as f:
-        for line in f:
-            name, _, fields = line.partition(":")
-            if name.strip() == "lo":
-                return int(fields.split()[8])  # receive has 8 fields, then transmit bytes
-    raise RuntimeError("no loopback interface in /proc/net/dev")
-
-
 def bytes_sent(step, tries: int = 3) -> dict:
     def window(body) -> tuple[int, int]:
         dist.barrier()
-        written, lo = written_bytes(), lo_tx_bytes()
+        written, lo = _dist.bytes_written_by_this_process(), _dist.loopback_tx_bytes()
         body()
         dist.barrier()
-        return written_bytes() - written, lo_tx_bytes() - lo
+        return _dist.bytes_written_by_this_process() - written, _dist.loopback_tx_bytes() - lo
 
     barriers = [window(lambda: None) for _ in range(tries)]
     steps = [window(step) for _ in range(tries)]

@@ -210,22 +210,6 @@ def moe_expert_parallel(x, router_w, router_b, w1_local, w2_local, k, world_size
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)  # float32 layer vs float64 reference
 
 
-def loopback_tx_bytes():
-    with open("/proc/net/dev") as f:
-        for line in f:
-            if line.strip().startswith("lo:"):
-                return int(line.split(":", 1)[1].split()[8])
-    return None
-
-
-def written_bytes():
-    try:
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
-    except OSError:
-        return None
-
-
 def count_all_to_alls(fn):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
@@ -266,12 +250,12 @@ def rank_worker(rank, world_size):
             loopback, written = [], []
             for _ in range(3):
                 dist.barrier()
-                lo_before, wchar_before = loopback_tx_bytes(), written_bytes()
+                lo_before, wchar_before = _dist.loopback_tx_bytes(), _dist.bytes_written_by_this_process()
                 for _ in range(forwards_per_count):
                     step()
-                wchar_after = written_bytes()
+                wchar_after = _dist.bytes_written_by_this_process()
                 dist.barrier()
-                lo_after = loopback_tx_bytes()
+                lo_after = _dist.loopback_tx_bytes()
                 loopback.append(None if lo_before is None else (lo_after - lo_before) / forwards_per_count)
                 written.append(None if wchar_before is None else (wchar_after - wchar_before) / forwards_per_count)
             settings = dataclasses.replace(run.settings, warmup=1, min_repeats=timing_repeats,

@@ -432,15 +432,6 @@ if checked is not None:
 # timelines inside one distributed step.
 
 # %%
-def bytes_written_by_this_process() -> int | None:
-    """wchar from /proc/self/io: bytes this process (all its threads) passed to write-type calls, sockets included."""
-    try:
-        with open("/proc/self/io") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
-    except (OSError, StopIteration):
-        return None
-
-
 def timing_worker(rank, p):
     x, target = make_batch(size["batch"], size["width"])
     results = {}
@@ -457,9 +448,9 @@ def timing_worker(rank, p):
                 stage_module.new_step()
                 dist.barrier()
                 barrier_exit = time.perf_counter()
-                written_before = bytes_written_by_this_process()
+                written_before = _dist.bytes_written_by_this_process()
                 _, sent_bytes, messages = pipeline_step(stage_module, order, rank, p, m, x, target)
-                written_after = bytes_written_by_this_process()
+                written_after = _dist.bytes_written_by_this_process()
                 steps.append({"ops": stage_module.ops, "barrier_exit": barrier_exit,
                               "peak_saved_bytes": stage_module.peak_saved_bytes, "sent_bytes": sent_bytes,
                               "messages": messages, "written_bytes": None if written_before is None

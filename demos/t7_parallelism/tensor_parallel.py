@@ -290,36 +290,18 @@ def local_input(x, rank, world_size, sequence_parallel):
 # step time is the slowest rank's median.
 
 # %%
-def loopback_tx_bytes():
-    with open("/proc/net/dev") as f:
-        for line in f:
-            name, _, counters = line.partition(":")
-            if name.strip() == "lo":
-                return int(counters.split()[8])  # receive has 8 fields, then transmit bytes
-    raise RuntimeError("no loopback interface in /proc/net/dev")
-
-
-def bytes_written_by_this_process():
-    with open("/proc/self/io") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key == "wchar":
-                return int(value)
-    raise RuntimeError("no wchar in /proc/self/io")
-
-
 def bytes_per_step(step, windows):
     """For each of `windows` one-step windows: loopback bytes sent on this host, and bytes this rank wrote."""
     step()  # warm: first-call allocations and lazy set-up stay out of the windows
     loopback, written = [], []
     for _ in range(windows):
         dist.barrier()
-        loopback_before, written_before = loopback_tx_bytes(), bytes_written_by_this_process()
+        loopback_before, written_before = _dist.loopback_tx_bytes(), _dist.bytes_written_by_this_process()
         dist.barrier()
         step()
         dist.barrier()
-        loopback.append(loopback_tx_bytes() - loopback_before)
-        written.append(bytes_written_by_this_process() - written_before)
+        loopback.append(_dist.loopback_tx_bytes() - loopback_before)
+        written.append(_dist.bytes_written_by_this_process() - written_before)
     return {"loopback": loopback, "written": written}
 
 
