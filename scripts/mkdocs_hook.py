@@ -38,9 +38,8 @@ def on_files(files, config):
                               use_directory_urls=config["use_directory_urls"]))
             notebook = jupytext.writes(jupytext.read(demo.path), fmt="ipynb")
             files.append(File.generated(config, src_uri.removesuffix(".py") + ".ipynb", content=notebook))
-        for demo in catalog.discover():
-            for path, svg in render.plot_files(demo, catalog.load_records(demo)):
-                files.append(File.generated(config, path, content=svg))
+        for path, svg in render.plot_files({demo: catalog.load_records(demo) for demo in catalog.discover()}):
+            files.append(File.generated(config, path, content=svg))
     except (RecordError, ValueError) as e:
         raise PluginError(str(e)) from None
     return files

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
+import multiprocessing
 import os
+import threading
 
 from demos.harness.cli import REPO_ROOT
 
 os.environ.setdefault("MPLCONFIGDIR", str(REPO_ROOT / ".cache" / "matplotlib"))
+CACHE_DIR = REPO_ROOT / ".cache" / "plots"
 
 import matplotlib  # noqa: E402
 
@@ -51,3 +56,35 @@ def series_svg(series: dict, device_label: str) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
     return buf.getvalue()
+
+
+_SOURCE_DIGEST = hashlib.sha256(open(__file__, "rb").read()).hexdigest()  # a change here redraws every plot
+
+
+def _cache_path(series: dict, device_label: str):
+    key = json.dumps([series, device_label, STYLE, matplotlib.__version__, _SOURCE_DIGEST], sort_keys=True)
+    return CACHE_DIR / f"{hashlib.sha256(key.encode()).hexdigest()}.svg"
+
+
+def _draw_into_cache(series: dict, device_label: str) -> None:
+    path = _cache_path(series, device_label)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(series_svg(series, device_label))
+    tmp.replace(path)
+
+
+def cached_svgs(jobs: list[tuple[dict, str]]) -> list[str]:
+    """SVGs of (series, device label) jobs. Each is drawn once and kept in .cache/plots under a hash
+    of its data and style, so a rebuild only draws what changed. Missing plots are drawn in parallel
+    by forked workers when this process runs a single thread (``mkdocs build``); under ``mkdocs
+    serve``, whose server threads make forking unsafe, they are drawn here, one by one."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    missing = list({_cache_path(*job): job for job in jobs if not _cache_path(*job).exists()}.values())
+    workers = min(len(missing), os.cpu_count() or 1)
+    if workers > 1 and threading.active_count() == 1:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            pool.starmap(_draw_into_cache, missing)
+    else:
+        for job in missing:
+            _draw_into_cache(*job)
+    return [_cache_path(*job).read_text() for job in jobs]

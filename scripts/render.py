@@ -274,9 +274,14 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
     return substitute(markdown, render, page_src_uri)
 
 
-def plot_files(demo: str, records: dict[str, dict]) -> list[tuple[str, str]]:
-    """(site path, SVG text) for every series of every record of a demo."""
-    from scripts.plots import series_svg
+def plot_files(records_by_demo: dict[str, dict[str, dict]]) -> list[tuple[str, str]]:
+    """(site path, SVG text) for every series of every record of the given demos."""
+    from scripts.plots import cached_svgs
 
-    return [(plot_path(demo, c, s["name"]), series_svg(s, catalog.device_label(c)))
-            for c, rec in records.items() for s in rec["series"]]
+    paths, jobs = [], []
+    for demo, records in records_by_demo.items():
+        for c, rec in records.items():
+            for s in rec["series"]:
+                paths.append(plot_path(demo, c, s["name"]))
+                jobs.append((s, catalog.device_label(c)))
+    return list(zip(paths, cached_svgs(jobs)))

@@ -138,10 +138,21 @@ def test_record_strings_cannot_inject_html_or_script():
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text, harmlessly
 
 
-def test_plot_files_are_svg():
-    files = render.plot_files("kernel_fusion", {"cpu": make_record()})
+def test_plot_files_are_svg_drawn_once_and_redrawn_when_the_data_changes(tmp_path, monkeypatch):
+    from scripts import plots
+
+    monkeypatch.setattr(plots, "CACHE_DIR", tmp_path)
+    drawn = []
+    real = plots.series_svg
+    monkeypatch.setattr(plots, "series_svg", lambda s, label: drawn.append(s["name"]) or real(s, label))
+    rec = make_record()
+    files = render.plot_files({"kernel_fusion": {"cpu": rec}})
     assert [p for p, _ in files] == ["assets/plots/kernel_fusion/cpu-chain.svg"]
     assert files[0][1].lstrip().startswith("<?xml") and "<svg" in files[0][1]
+    assert render.plot_files({"kernel_fusion": {"cpu": rec}}) == files and drawn == ["chain"]  # cached
+    rec["series"][0]["lines"][0]["y"] = [6.0, 11.0]
+    changed = render.plot_files({"kernel_fusion": {"cpu": rec}})
+    assert drawn == ["chain", "chain"] and changed[0][1] != files[0][1]
 
 
 def test_artifact_marker_shows_the_text_in_a_fence_it_cannot_escape():
