@@ -225,8 +225,10 @@ FIXED_ASSUMPTIONS = [
     "locally); ZeRO-1 one reduce-scatter + one all-gather of the updated weights; ZeRO-2 a reduce-scatter "
     "per microbatch (gradients stay sharded) + one all-gather; ZeRO-3 per microbatch two all-gathers of the "
     "weights (forward, backward) + one reduce-scatter",
-    "links: a group of GPUs whose span (size x stride) fits in one node uses the intra-node link, otherwise "
-    "the inter-node link (a ring is as fast as its slowest hop)",
+    "links: a group of GPUs whose span (size x stride) fits in one node uses the intra-node link; a collective "
+    "spanning nodes gets the NICs of its members inside one node (NCCL spreads its rings over them; one NIC per "
+    "GPU), at most the intra-node bandwidth; pipeline sends that leave a node use one NIC, and every pipeline "
+    "boundary is charged that way once tp x pp exceeds a node",
     "bubble: the idle time of a pipeline = (pp-1) / (interleave x microbatches) of the ideal (compute + TP) "
     "time, i.e. a fraction (pp-1)/(v m + pp-1) of the pipeline's time",
 ]
@@ -374,46 +376,56 @@ def _link(c: Config, group_size: int, stride: int) -> str:
     return "intra" if group_size * stride <= c.gpus_per_node else "inter"
 
 
-def _alpha_beta(c: Config, link: str) -> tuple[float, float]:
+def _nics(c: Config, group_size: int, stride: int) -> int:
+    """How many of a node's network cards one collective of the group drives when it spans nodes: one
+    per group member inside a node, since NCCL spreads its rings (channels) over them (rail-optimized
+    nodes, one NIC per GPU)."""
+    return max(1, min(group_size, c.gpus_per_node // stride))
+
+
+def _alpha_beta(c: Config, link: str, nics: int = 1) -> tuple[float, float]:
     if link == "intra":
         return c.intra_alpha_us * US, 1.0 / (c.intra_bandwidth_gbs * GB)
-    return c.inter_alpha_us * US, 1.0 / (c.inter_bandwidth_gbs * GB)
+    bandwidth = min(c.intra_bandwidth_gbs, c.inter_bandwidth_gbs * nics)  # the NICs, but never faster than NVLink
+    return c.inter_alpha_us * US, 1.0 / (bandwidth * GB)
 
 
 def _parts(c: Config) -> dict:
-    """Every communication of one step for one GPU: (count, kind, bytes n, group size, link) per parallelism."""
+    """Every communication of one step for one GPU: (count, kind, bytes n, group size, link, NICs) per parallelism."""
     sbh = float(c.seq_len) * c.microbatch_size * c.hidden
     params_per_gpu = params_count(c.layers, c.hidden, c.vocab) / (c.tp * c.pp)
     m = c.microbatches
     tp_link, pp_link, dp_link = _link(c, c.tp, 1), _link(c, c.pp, c.tp), _link(c, c.dp, c.tp * c.pp)
+    tp_nics, dp_nics = _nics(c, c.tp, 1), _nics(c, c.dp, c.tp * c.pp)
     tp_per_layer = 6 if c.recompute == "full" else 4
-    tp = [((c.layers / c.pp) * m * tp_per_layer, "all_reduce", 2.0 * sbh, c.tp, tp_link)] if c.tp > 1 else []
-    pp = [(2.0 * m * c.interleave, "p2p", 2.0 * sbh / c.tp, 2, pp_link)] if c.pp > 1 else []
+    tp = [((c.layers / c.pp) * m * tp_per_layer, "all_reduce", 2.0 * sbh, c.tp, tp_link, tp_nics)] if c.tp > 1 else []
+    pp = [(2.0 * m * c.interleave, "p2p", 2.0 * sbh / c.tp, 2, pp_link, 1)] if c.pp > 1 else []
     grads = 2.0 * params_per_gpu  # bf16
     dp = []
     if c.dp > 1:
+        rs_ag = ("reduce_scatter", grads, c.dp, dp_link, dp_nics), ("all_gather", grads, c.dp, dp_link, dp_nics)
         if c.zero_stage == 0:
-            dp = [(1.0, "all_reduce", grads, c.dp, dp_link)]
+            dp = [(1.0, "all_reduce", grads, c.dp, dp_link, dp_nics)]
         elif c.zero_stage == 1:
-            dp = [(1.0, "reduce_scatter", grads, c.dp, dp_link), (1.0, "all_gather", grads, c.dp, dp_link)]
+            dp = [(1.0, *rs_ag[0]), (1.0, *rs_ag[1])]
         elif c.zero_stage == 2:
-            dp = [(float(m), "reduce_scatter", grads, c.dp, dp_link), (1.0, "all_gather", grads, c.dp, dp_link)]
+            dp = [(float(m), *rs_ag[0]), (1.0, *rs_ag[1])]
         else:
-            dp = [(2.0 * m, "all_gather", grads, c.dp, dp_link), (float(m), "reduce_scatter", grads, c.dp, dp_link)]
+            dp = [(2.0 * m, *rs_ag[1]), (float(m), *rs_ag[0])]
     return {"tp": (tp, tp_link), "pp": (pp, pp_link), "dp": (dp, dp_link)}
 
 
 def _volume(items) -> float:
     total = 0.0
-    for count, kind, n, p, _ in items:
+    for count, kind, n, p, _link_kind, _nics_used in items:
         total += count * (n if kind == "p2p" else bytes_sent_per_rank(kind, n, p))
     return total
 
 
 def _seconds(c: Config, items) -> float:
     total = 0.0
-    for count, kind, n, p, link in items:
-        alpha, beta = _alpha_beta(c, link)
+    for count, kind, n, p, link, nics in items:
+        alpha, beta = _alpha_beta(c, link, nics)
         total += count * (alpha + n * beta if kind == "p2p" else collective_time(kind, n, p, alpha, beta))
     return total
 

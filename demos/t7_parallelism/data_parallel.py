@@ -500,9 +500,9 @@ run.table("transient", "Gathered (unsharded) parameter bytes alive during forwar
 # all-reduces plus one broadcast per parameter tensor after the step (each from the rank that owns
 # it); FSDP, L all-gathers in forward, L again in backward and L reduce-scatters (`fsdp_keep`:
 # no backward all-gathers). The `c10d::` column is what the framework issued; the backend
-# column is what gloo ran, and the two differ in one place: **gloo has no reduce-scatter of
-# its own**, so each `c10d::_reduce_scatter_base_` shows up as a `gloo:all_reduce` of the whole
-# gradient, from which each rank keeps its shard.
+# column is what gloo ran, and the two differ in one place: **PyTorch's gloo backend runs a
+# reduce-scatter as an all-reduce**, so each `c10d::_reduce_scatter_base_` shows up as a
+# `gloo:all_reduce` of the whole gradient, from which each rank keeps its shard.
 
 # %%
 def c10d(counts, op):
@@ -561,7 +561,7 @@ run.table("collectives", "Collectives per training step, counted by torch.profil
 # %%
 wire_formulas = {  # (formula for gloo's algorithms, ideal formula): total bytes over all ranks per step
     "ddp": lambda p: (2 * (p - 1) * 4 * n_params,) * 2,
-    "zero1": lambda p: (3 * (p - 1) * 4 * n_params,) * 2,
+    "zero1": lambda p: (3 * (p - 1) * 4 * n_params, 2 * (p - 1) * 4 * n_params),  # ideal: reduce-scatter + all-gather
     "fsdp": lambda p: (4 * (p - 1) * 4 * padded_numel(p) * p, 3 * (p - 1) * 4 * padded_numel(p) * p),
     "fsdp_keep": lambda p: (3 * (p - 1) * 4 * padded_numel(p) * p, 2 * (p - 1) * 4 * padded_numel(p) * p),
 }

@@ -479,9 +479,9 @@ _dist.shutdown()
 # The DTensor variants are metered the same way: plain, the same 2 all-reduces; sequence-parallel,
 # 2 all-gathers and 2 reduce-scatters, each `(p-1) * n` elements on a ring: the same total.
 #
-# Expect one deviation, and it is gloo's, not sequence parallelism's: gloo has no ring
-# reduce-scatter and runs `reduce_scatter_tensor` as a full all-reduce (its profiler event is
-# `gloo:all_reduce`), so each reduce-scatter costs `2(p-1) * n` and the sequence-parallel step
+# Expect one deviation, and it is the backend's, not sequence parallelism's: PyTorch's gloo
+# backend runs `reduce_scatter_tensor` as a full all-reduce of the buffer, keeping its own slice
+# (its profiler event is `gloo:all_reduce`), so each reduce-scatter costs `2(p-1) * n` and the sequence-parallel step
 # `2 * (p-1) * n + 2 * 2(p-1) * n = 6(p-1) * n` elements, 1.5 times the formula. NCCL's
 # reduce-scatter is a true ring.
 

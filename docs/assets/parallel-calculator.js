@@ -178,30 +178,37 @@
     return groupSize * stride <= c.gpus_per_node ? "intra" : "inter";
   }
 
-  function alphaBeta(c, which) {
-    if (which === "intra") return [c.intra_alpha_us * US, 1.0 / (c.intra_bandwidth_gbs * GB)];
-    return [c.inter_alpha_us * US, 1.0 / (c.inter_bandwidth_gbs * GB)];
+  // How many of a node's NICs one collective of the group drives when it spans nodes (one per member in a node).
+  function nics(c, groupSize, stride) {
+    return Math.max(1, Math.min(groupSize, Math.floor(c.gpus_per_node / stride)));
   }
 
-  // Every communication of one step for one GPU: [count, kind, bytes n, group size, link].
+  function alphaBeta(c, which, nicCount) {
+    if (which === "intra") return [c.intra_alpha_us * US, 1.0 / (c.intra_bandwidth_gbs * GB)];
+    const bandwidth = Math.min(c.intra_bandwidth_gbs, c.inter_bandwidth_gbs * nicCount);
+    return [c.inter_alpha_us * US, 1.0 / (bandwidth * GB)];
+  }
+
+  // Every communication of one step for one GPU: [count, kind, bytes n, group size, link, NICs].
   function parts(c) {
     const sbh = c.seq_len * c.microbatch_size * c.hidden;
     const paramsPerGpu = paramsCount(c.layers, c.hidden, c.vocab) / (c.tp * c.pp);
     const m = c.microbatches;
     const tpLink = link(c, c.tp, 1), ppLink = link(c, c.pp, c.tp), dpLink = link(c, c.dp, c.tp * c.pp);
+    const tpNics = nics(c, c.tp, 1), dpNics = nics(c, c.dp, c.tp * c.pp);
     const tpPerLayer = c.recompute === "full" ? 6 : 4;
-    const tp = c.tp > 1 ? [[(c.layers / c.pp) * m * tpPerLayer, "all_reduce", 2.0 * sbh, c.tp, tpLink]] : [];
-    const pp = c.pp > 1 ? [[2.0 * m * c.interleave, "p2p", 2.0 * sbh / c.tp, 2, ppLink]] : [];
+    const tp = c.tp > 1 ? [[(c.layers / c.pp) * m * tpPerLayer, "all_reduce", 2.0 * sbh, c.tp, tpLink, tpNics]] : [];
+    const pp = c.pp > 1 ? [[2.0 * m * c.interleave, "p2p", 2.0 * sbh / c.tp, 2, ppLink, 1]] : [];
     const grads = 2.0 * paramsPerGpu;
     let dp = [];
     if (c.dp > 1) {
-      if (c.zero_stage === 0) dp = [[1.0, "all_reduce", grads, c.dp, dpLink]];
+      if (c.zero_stage === 0) dp = [[1.0, "all_reduce", grads, c.dp, dpLink, dpNics]];
       else if (c.zero_stage === 1) {
-        dp = [[1.0, "reduce_scatter", grads, c.dp, dpLink], [1.0, "all_gather", grads, c.dp, dpLink]];
+        dp = [[1.0, "reduce_scatter", grads, c.dp, dpLink, dpNics], [1.0, "all_gather", grads, c.dp, dpLink, dpNics]];
       } else if (c.zero_stage === 2) {
-        dp = [[m, "reduce_scatter", grads, c.dp, dpLink], [1.0, "all_gather", grads, c.dp, dpLink]];
+        dp = [[m, "reduce_scatter", grads, c.dp, dpLink, dpNics], [1.0, "all_gather", grads, c.dp, dpLink, dpNics]];
       } else {
-        dp = [[2.0 * m, "all_gather", grads, c.dp, dpLink], [m, "reduce_scatter", grads, c.dp, dpLink]];
+        dp = [[2.0 * m, "all_gather", grads, c.dp, dpLink, dpNics], [m, "reduce_scatter", grads, c.dp, dpLink, dpNics]];
       }
     }
     return { tp: [tp, tpLink], pp: [pp, ppLink], dp: [dp, dpLink] };
@@ -215,8 +222,8 @@
 
   function seconds(c, items) {
     let total = 0.0;
-    for (const [count, kind, n, p, which] of items) {
-      const [alpha, beta] = alphaBeta(c, which);
+    for (const [count, kind, n, p, which, nicCount] of items) {
+      const [alpha, beta] = alphaBeta(c, which, nicCount);
       total += count * (kind === "p2p" ? alpha + n * beta : collectiveTime(kind, n, p, alpha, beta));
     }
     return total;
