@@ -333,3 +333,16 @@ def test_demo_memory_and_projection(tiny_record):
     assert "ASSUMPTION" in tiny_record["artifacts"]["assumptions"]
     series = {s["name"] for s in tiny_record["series"]}
     assert {"gloo_all_reduce", "breakdown_7B", "breakdown_70B", "scaling_efficiency"} <= series
+
+
+def test_a_collective_spanning_nodes_uses_the_nics_of_its_members_in_a_node():
+    c = _scale.Config(**_scale.MODELS["70B"], tp=16, pp=1, dp=4, microbatches=256)  # TP group = 2 whole nodes
+    comm = _scale.comm_volume(c)
+    assert comm["tp_link"] == "inter"
+    per_all_reduce = _scale.collective_time("all_reduce", 2.0 * c.seq_len * c.hidden, 16, 5e-6, 1 / 400e9)
+    assert _scale.step_time(c)["tp_comm_s"] == pytest.approx(80 * 256 * 4 * per_all_reduce)
+    # a DP group with one member per node drives one NIC: 50 GB/s
+    d = _scale.Config(**_scale.MODELS["7B"], tp=8, pp=1, dp=4, microbatches=4)
+    grads = 2.0 * _scale.params_count(d.layers, d.hidden, d.vocab) / 8
+    expected = sum(_scale.collective_time(k, grads, 4, 5e-6, 1 / 50e9) for k in ("reduce_scatter", "all_gather"))
+    assert _scale.step_time(d)["dp_exposed_s"] == pytest.approx(expected)
