@@ -63,6 +63,7 @@ def on_page_markdown(markdown, page, config, files):
 
 
 def on_page_content(html, page, config, files):
+    html = site_pages.first_use_tooltips(html)
     demo = render.demo_of_page(page.file.src_uri)
     if demo is None:
         return html

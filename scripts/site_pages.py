@@ -213,3 +213,25 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")
 
     return PLACEHOLDER.sub(one, markdown)
+
+
+ABBREVIATION = re.compile(r'<abbr title="[^"]*">(.*?)</abbr>', re.S)
+SECTION_START = re.compile(r"(?=<h[23][ >])")
+
+
+def first_use_tooltips(page_html: str) -> str:
+    """Keep a glossary tooltip on the first use of each term in every section (h2/h3) and plain text
+    elsewhere: a long page marked at every use carried hundreds of tooltips, and setting them up
+    made it slow to load."""
+    def once_per_section(section: str) -> str:
+        seen: set[str] = set()
+
+        def keep_first(m: re.Match) -> str:
+            if m.group(1) in seen:
+                return m.group(1)
+            seen.add(m.group(1))
+            return m.group(0)
+
+        return ABBREVIATION.sub(keep_first, section)
+
+    return "".join(once_per_section(section) for section in SECTION_START.split(page_html))

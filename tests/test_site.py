@@ -70,3 +70,13 @@ def test_cheat_sheet_and_glossary(built_site):
     assert "NVIDIA Collective Communications Library" in glossary
     topic = (site / "topics" / "kernel-fusion" / "index.html").read_text()
     assert '<abbr title="High Bandwidth Memory' in topic  # a glossary term as a tooltip on a topic page
+
+
+def test_a_glossary_term_has_one_tooltip_per_section(built_site):
+    site, _ = built_site
+    page = (site / "topics" / "parallelism" / "index.html").read_text()
+    sections = re.split(r"(?=<h[23][ >])", page)
+    terms = [re.findall(r'<abbr title="[^"]*">(.*?)</abbr>', s) for s in sections]
+    assert all(len(found) == len(set(found)) for found in terms)
+    assert sum(len(found) for found in terms) > 20  # the terms are still marked, once per section
+    assert page.count("all-reduce") > sum(found.count("all-reduce") for found in terms)  # the rest are plain text
