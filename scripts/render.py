@@ -137,6 +137,9 @@ def plot_path(demo: str, device_class: str, series_name: str) -> str:
     return f"{PLOTS_DIR}/{demo}/{safe}.svg"
 
 
+CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page shows the first ones
+
+
 def device_tab(rec: dict, state: str, page_dir: str) -> str:
     parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
     for table in rec["tables"]:
@@ -147,7 +150,12 @@ def device_tab(rec: dict, state: str, page_dir: str) -> str:
     checks = rec["checks"]
     failed = [c for c in checks if not c["passed"]]
     title = f"{len(checks) - len(failed)} of {len(checks)} correctness checks passed"
-    lines = "\n".join(f"- {esc(c['name'])}: {esc(c['detail'])}" for c in checks)
+    shown = failed + [c for c in checks if c["passed"]][:max(0, CHECKS_SHOWN - len(failed))]
+    lines = "\n".join(f"- {esc(c['name'])}: {esc(c['detail'])}" for c in shown)
+    if len(shown) < len(checks):
+        record_url = posixpath.relpath(f"results/{rec['demo']}/{rec['device_class']}.json", page_dir or ".")
+        lines += (f"\n- ... and {len(checks) - len(shown)} more passed checks, all listed in the record: "
+                  f"[{esc(rec['device_class'])}.json]({record_url})")
     parts.append(f'??? {"success" if not failed else "failure"} "{title}"\n{_indent(lines)}')
     if rec["not_run"]:
         lines = "\n".join(f"- **{esc(n['variant'])}**: {esc(n['reason'])}" for n in rec["not_run"])
@@ -213,7 +221,8 @@ def metric_text(marker: Marker, records: dict[str, dict]) -> str:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
         return f'<span class="mm-value mm-missing">not measured on {esc(label)}</span>'
-    return f'<span class="mm-value" title="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
+    # data-metric, not title: a title becomes a theme tooltip, and a page with hundreds of them loads slowly
+    return f'<span class="mm-value" data-metric="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
 
 
 def artifact_block(marker: Marker, records: dict[str, dict]) -> str:

@@ -45,6 +45,18 @@ def test_results_block_has_tabs_table_plot_and_fresh_badge():
     assert "triton (timing)" in html and "Test CPU" in html
 
 
+def test_a_long_check_list_shows_failures_first_and_links_the_record_for_the_rest():
+    rec = make_record()
+    rec["checks"] = [{"name": f"ok{i}", "passed": True, "detail": "fine"} for i in range(30)]
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": rec}))
+    assert "30 of 30 correctness checks passed" in html
+    assert "ok19:" in html and "ok20:" not in html
+    assert "10 more passed checks" in html and 'href="../results/kernel_fusion/cpu.json"' in html
+    rec["checks"][25]["passed"] = False
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": rec}))
+    assert "29 of 30 correctness checks passed" in html and "ok25:" in html  # a failure is never hidden
+
+
 def test_stale_badge_when_the_demo_changed():
     html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": make_record()}, digest=OTHER_DIGEST))
     assert "demo changed since this was measured" in html and "mm-fresh" not in html
