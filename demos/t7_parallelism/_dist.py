@@ -16,6 +16,7 @@ honest stand-in for "one device per rank".
 
 from __future__ import annotations
 
+import collections
 import datetime
 import os
 import socket
@@ -109,6 +110,15 @@ def bytes_written_by_this_process() -> int | None:
             return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
     except (OSError, StopIteration):
         return None
+
+
+def collective_calls(fn) -> collections.Counter:
+    """Run ``fn()`` under torch.profiler and count its collective events by name: what the framework
+    issued (``c10d::allreduce_``, ...) and what the backend ran (``gloo:all_reduce``, ``nccl:...``)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    backend = dist.get_backend()
+    return collections.Counter(e.name for e in prof.events() if e.name.startswith(("c10d::", f"{backend}:")))
 
 
 def shutdown() -> None:

@@ -16,7 +16,6 @@
 # Last, DDP's gradient bucket size: how many all-reduces a step makes, and what that costs in time.
 
 # %%
-import collections
 import math
 import time
 
@@ -250,11 +249,7 @@ def count_collectives(step, rank: int) -> dict | None:
     if rank != 0:
         step()
         return None
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        step()
-    backend = dist.get_backend()
-    return dict(collections.Counter(e.name for e in prof.events()
-                                    if e.name.startswith(("c10d::", f"{backend}:"))))
+    return dict(_dist.collective_calls(step))
 
 
 def bytes_sent(step, tries: int = 3) -> dict:
