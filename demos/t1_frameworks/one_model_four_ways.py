@@ -12,15 +12,14 @@
 # that is the trace and compile) and its steady state.
 
 # %%
-import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
-from threadpoolctl import threadpool_limits
 
 from demos.harness.run import start
+from demos.t1_frameworks._threads import one_thread_per_library_on_cpu
 
 run = start(
     "one_model_four_ways",
@@ -35,14 +34,7 @@ device = run.torch_device
 HIDDEN, BATCH, EPOCHS = run.sizes["hidden"], run.sizes["batch"], run.sizes["epochs"]
 LR = 0.1
 
-if not run.device.is_gpu:
-    # Arrays this small gain nothing from a second thread, and on a shared machine a busy neighbour
-    # can stall a thread pool's barriers (an eager step was seen to run hundreds of times slower):
-    # one thread each for PyTorch (OpenMP), NumPy (BLAS) and XLA, set before JAX starts its CPU client.
-    # The harness measured the machine's ceilings before this, with every thread.
-    threadpool_limits(1)
-    torch.set_num_threads(1)
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+one_thread_per_library_on_cpu(run)  # on a CPU: one thread each for PyTorch, NumPy and XLA (see _threads.py)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
