@@ -11,11 +11,9 @@ from functools import cache
 from pathlib import Path
 
 from demos.harness import record
-from demos.harness.cli import REPO_ROOT, RESULTS_DIR
+from demos.harness.paths import DATASHEETS, DEMOS_DIR, REPO_ROOT, RESULTS_DIR
 from demos.harness.digest import source_digest
 
-DEMOS_DIR = REPO_ROOT / "demos"
-DATASHEETS = Path(__file__).resolve().parent / "datasheets.toml"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from demos.harness import record
-from demos.harness.cli import REPO_ROOT, RESULTS_DIR, OneLineParser
+from demos.harness.errors import OneLineParser
+from demos.harness.paths import REPO_ROOT, RESULTS_DIR
 from scripts import catalog
 from scripts.claims import judge, target_devices
 from scripts.markers import MarkerError, find

@@ -9,10 +9,11 @@ import multiprocessing
 import os
 import threading
 
-from demos.harness.cli import REPO_ROOT
+from demos.harness import atomic
+from demos.harness.paths import CACHE_DIR as ROOT_CACHE
 
-os.environ.setdefault("MPLCONFIGDIR", str(REPO_ROOT / ".cache" / "matplotlib"))
-CACHE_DIR = REPO_ROOT / ".cache" / "plots"
+os.environ.setdefault("MPLCONFIGDIR", str(ROOT_CACHE / "matplotlib"))
+CACHE_DIR = ROOT_CACHE / "plots"
 
 import matplotlib  # noqa: E402
 
@@ -67,10 +68,7 @@ def _cache_path(series: dict, device_label: str):
 
 
 def _draw_into_cache(series: dict, device_label: str) -> None:
-    path = _cache_path(series, device_label)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(series_svg(series, device_label))
-    tmp.replace(path)
+    atomic.write_text(_cache_path(series, device_label), series_svg(series, device_label))
 
 
 def cached_svgs(jobs: list[tuple[dict, str]]) -> list[str]:

@@ -20,10 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 from demos.harness import record
-from demos.harness.cli import DEVICES, REPO_ROOT, RESULTS_DIR, SIZES, OneLineParser, fail
+from demos.harness.cli import DEVICES, SIZE_PRESETS
+from demos.harness.errors import OneLineParser, fail
+from demos.harness.paths import CACHE_DIR, REPO_ROOT, RESULTS_DIR
 from scripts import catalog
 
-LOG_DIR = REPO_ROOT / ".cache" / "regen"
+LOG_DIR = CACHE_DIR / "regen"
 
 
 @dataclass
@@ -120,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device not in DEVICES:
         fail(f"unknown device {args.device!r}: choose one of {', '.join(DEVICES)}")
-    if args.size is not None and args.size not in SIZES:
-        fail(f"unknown size {args.size!r}: choose one of {', '.join(SIZES)}")
+    if args.size is not None and args.size not in SIZE_PRESETS:
+        fail(f"unknown size {args.size!r}: choose one of {', '.join(SIZE_PRESETS)}")
     try:
         demos = catalog.discover()
     except ValueError as e:

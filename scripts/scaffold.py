@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from demos.harness.cli import REPO_ROOT, OneLineParser, fail
+from demos.harness.errors import OneLineParser, fail
+from demos.harness.paths import REPO_ROOT
 from scripts import catalog
 
 PAGE = '''---

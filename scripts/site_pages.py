@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from demos.harness.cli import REPO_ROOT
+from demos.harness.paths import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
 FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)

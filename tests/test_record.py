@@ -47,12 +47,12 @@ def test_load_names_file_and_problem(tmp_path):
 
 def test_write_atomic_refuses_invalid_and_keeps_the_old_record(tmp_path):
     path = tmp_path / "demo" / "cpu.json"
-    record.write_atomic(path, make_record())
+    record.write(path, make_record())
     before = path.read_bytes()
     broken = make_record()
     broken["metrics"]["chain.eager.gbps"]["value"] = None
     with pytest.raises(record.RecordError):
-        record.write_atomic(path, broken)
+        record.write(path, broken)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == ["cpu.json"]  # no temporary left behind
 
@@ -89,7 +89,7 @@ def test_a_failed_check_raises_and_leaves_the_previous_record(tmp_path):
 
     old = make_record()
     path = tmp_path / "kernel_fusion" / "cpu.json"
-    record.write_atomic(path, old)
+    record.write(path, old)
     before = path.read_bytes()
 
     run = _tiny_run(tmp_path)

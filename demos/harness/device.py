@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from demos.harness.cli import fail
+from demos.harness.errors import fail
 from demos.harness.provenance import cpu_model
 
 # Device classes are matched on the name the CUDA driver reports; first match wins. The datasheet

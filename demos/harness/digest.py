@@ -1,8 +1,12 @@
-"""The source digest: a hash over the code that produced a record.
+"""The source digest: a hash over the code that produced a record, and the one freshness rule.
 
 It covers the demo file, every file of the harness, and every local module the demo imports,
 followed transitively (found by reading import statements, never by importing). A record whose
 digest differs from the current one is stale: the code changed since it was measured.
+
+The digest follows code, not prose: whole-line comments (which include every ``# %% [markdown]``
+cell and cell marker of a percent-format demo) and blank lines are left out, so rewording a demo's
+explanation does not force a re-measurement, while any change to a statement does.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import ast
 import hashlib
 from pathlib import Path
 
-from demos.harness.cli import REPO_ROOT
+from demos.harness.paths import REPO_ROOT
 
 
 def _module_file(module: str, root: Path) -> Path | None:
@@ -70,11 +74,28 @@ def local_sources(demo_file: Path, root: Path = REPO_ROOT) -> list[Path]:
     return sorted(seen)
 
 
+def code_lines(text: str) -> str:
+    """The lines that are code: no blank lines, no whole-line comments, trailing space stripped."""
+    kept = (line.rstrip() for line in text.splitlines())
+    return "\n".join(line for line in kept if line and not line.lstrip().startswith("#"))
+
+
 def source_digest(demo_file: Path, root: Path = REPO_ROOT) -> str:
     h = hashlib.sha256()
     for path in local_sources(demo_file, root):
         h.update(path.relative_to(root).as_posix().encode())
         h.update(b"\0")
-        h.update(path.read_bytes())
+        h.update(code_lines(path.read_text(encoding="utf-8")).encode())
         h.update(b"\0")
     return "sha256:" + h.hexdigest()
+
+
+FRESH, STALE, MISSING = "fresh", "stale", "missing"
+
+
+def freshness(record_digest: str | None, current_digest: str) -> str:
+    """The one freshness rule (regen, check and the renderer all ask here): a record is fresh when the
+    code that made it is the code on disk now, stale when it differs, missing when there is none."""
+    if record_digest is None:
+        return MISSING
+    return FRESH if record_digest == current_digest else STALE

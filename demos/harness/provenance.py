@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 
-from demos.harness.cli import REPO_ROOT
+from demos.harness.paths import REPO_ROOT
 
 PACKAGES = ("torch", "triton", "jax", "jaxlib", "onnx", "onnxruntime", "numpy")
 
@@ -32,11 +32,19 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+COMMIT_ENV = "MM_SOURCE_COMMIT"  # set by the GPU campaign: the machine it runs on gets a copy without .git
+
+
 def git_state() -> dict:
     """Commit and dirty flag. Records themselves (docs/results) don't count as dirt: a regeneration
-    rewrites them while it runs."""
+    rewrites them while it runs. A copy of the tree without .git (what a lent GPU machine gets) takes
+    the commit from MM_SOURCE_COMMIT, and its dirty flag is unknown (null)."""
+    top = _git("rev-parse", "--show-toplevel")
+    commit = _git("rev-parse", "HEAD") if top and os.path.samefile(top, REPO_ROOT) else None
+    if commit is None:
+        return {"commit": os.environ.get(COMMIT_ENV) or None, "dirty": None, "commit_from": "environment"}
     status = _git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
-    return {"commit": _git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+    return {"commit": commit, "dirty": None if status is None else bool(status), "commit_from": "git"}
 
 
 def cpu_model() -> str:
@@ -81,8 +89,9 @@ def nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def collect(device, torch_module) -> dict:
-    """Provenance of a run on ``device``; torch is passed in so this module stays import-light."""
+def collect(device, torch_module, timing_threads: int) -> dict:
+    """Provenance of a run on ``device``; torch is passed in so this module stays import-light.
+    ``timing_threads``: the CPU thread count the run's timings used (the harness knows it)."""
     info = {
         "device_name": device.name,
         "device_class": device.device_class,
@@ -90,7 +99,7 @@ def collect(device, torch_module) -> dict:
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_llc_mib": (cpu_llc_bytes() or 0) / 2**20 or None,
-        "torch_threads": torch_module.get_num_threads(),
+        "torch_threads": timing_threads,
         "os": platform.platform(),
         "python": sys.version.split()[0],
         "packages": package_versions(),

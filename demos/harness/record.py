@@ -1,7 +1,7 @@
 """The result record: one JSON file per demo per device class, docs/results/<demo>/<class>.json.
 
 This module owns the schema. ``validate`` names every problem by field, ``load`` refuses a
-malformed file with its path and field, and ``write_atomic`` replaces a record only once the new
+malformed file with its path and field, and ``write`` replaces a record only once the new
 one is complete and valid, so a crash never leaves half a file or loses the previous record.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
+
+from demos.harness import atomic
 
 SCHEMA_VERSION = 1
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -166,24 +166,12 @@ def load(path: Path) -> dict:
     return record
 
 
-def write_atomic(path: Path, record: dict) -> None:
-    """Validate, write to a temporary file beside the target, then rename over it."""
+def write(path: Path, record: dict) -> None:
+    """Validate, then write atomically (demos/harness/atomic.py): a crash never loses the previous record."""
     errors = validate(record)
     if errors:
         raise RecordError(f"refusing to write {path}: {errors[0]}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_json(path, record)
 
 
 def record_path(results_dir: Path, demo: str, device_class: str) -> Path:

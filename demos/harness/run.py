@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from demos.harness import ceilings, device as devices, provenance, record
-from demos.harness.cli import REPO_ROOT, parse_options
+from demos.harness import ceilings, device as devices, provenance, record, threads
+from demos.harness.cli import parse_options
 from demos.harness.digest import local_sources, source_digest
+from demos.harness.paths import CACHE_DIR, REPO_ROOT, shown
 from demos.harness.timing import Settings, Timing, measure
 
 DEFAULT_SIZE = {"cpu": "small", "cuda": "full"}
@@ -36,7 +37,7 @@ def _fresh_compile_caches() -> None:
 
     Compile times in a record are therefore always cold-cache times, whatever ran before.
     """
-    root = REPO_ROOT / ".cache" / "compile"
+    root = CACHE_DIR / "compile"
     root.mkdir(parents=True, exist_ok=True)
     folder = tempfile.mkdtemp(prefix="run-", dir=root)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
@@ -44,11 +45,19 @@ def _fresh_compile_caches() -> None:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
 
 
+def _jax_takes_memory_as_needed() -> None:
+    """JAX grabs 75% of GPU memory when its GPU backend starts, leaving PyTorch a quarter of the card;
+    a demo that uses both would run out of memory. Set before any demo imports jax."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
 class Run:
-    def __init__(self, demo: str, title: str, sizes: dict, demo_file: Path | None, argv=None):
+    def __init__(self, demo: str, title: str, sizes: dict, demo_file: Path | None, argv=None,
+                 cpu_threads: int | None = None):
         self.started = time.perf_counter()
         self.demo, self.title, self.demo_file = demo, title, demo_file
         self.options = parse_options(demo, argv)
+        _jax_takes_memory_as_needed()
         self.device = devices.resolve(self.options.device)
         devices.use_triton_interpreter_on_cpu(self.device)
         self.host_allocator = devices.keep_freed_host_memory() if self.device.kind == "cpu" else None
@@ -66,11 +75,20 @@ class Run:
         self.artifacts: dict[str, str] = {}
 
         self.log(f"{demo}: device {self.device.kind} ({self.device.name}, class {self.device.device_class}), "
-                 f"size {self.size}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+                 f"size {self.size}, torch {torch.__version__}, {threads.count()} threads")
         self.log("measuring this machine's ceilings (copy bandwidth, fp32 and bf16 matmul) ...")
         self.ceilings = ceilings.measure_ceilings(self.device, self.size, self.settings)
         for name, c in self.ceilings.items():
             self.log(f"  ceiling {name}: {c['value']:.3g} {c['unit']}  ({c['how']})")
+        # The thread policy (demos/harness/threads.py): applied after the opening ceilings, which use
+        # every thread, and undone before the closing ones. Only on a CPU: a GPU run is not limited.
+        self.machine_threads = threads.count()
+        self.thread_limit = None
+        if cpu_threads is not None and not self.device.is_gpu:
+            self.thread_limit = threads.limit(cpu_threads)
+            self.log(f"this demo runs on {cpu_threads} CPU thread(s) (PyTorch, BLAS, XLA: "
+                     f"{self.thread_limit.xla}); the ceilings use all {self.machine_threads}")
+        self.timing_threads: set[int] = set()
 
     # -- helpers a demo uses ------------------------------------------------------------------
     @staticmethod
@@ -81,6 +99,11 @@ class Run:
     def torch_device(self) -> torch.device:
         return self.device.torch_device
 
+    @property
+    def cpu_threads(self) -> int:
+        """Threads the demo's work runs with (on a GPU run: the host's, for host-side libraries)."""
+        return self.thread_limit.threads if self.thread_limit else self.machine_threads
+
     def time(self, fn, flush: bool | None = None) -> Timing:
         """Time fn() with the harness protocol (first call apart, warm-up, repeats, L2 flush on GPU).
 
@@ -88,11 +111,13 @@ class Run:
         gives the host time to run ahead, hiding per-call host overhead (guards, wrappers,
         launches); without it that overhead shows whenever it exceeds the kernel's time."""
         settings = self.settings if flush is None else dataclasses.replace(self.settings, flush_l2=flush)
+        self.timing_threads.add(threads.count())
         return measure(fn, self.device, settings)
 
     def first_call(self, fn):
         """Call fn() once, synchronised: (its output, seconds). For a torch.compile'd function on a new
         shape this is trace + compile + one run, which is why it is reported apart from steady state."""
+        self.timing_threads.add(threads.count())
         self.device.sync()
         t0 = time.perf_counter()
         out = fn()
@@ -174,13 +199,30 @@ class Run:
             "artifacts": self.artifacts,
             "ceilings": self.ceilings,
             "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes),
-                         "host_allocator": self.host_allocator},
-            "provenance": provenance.collect(self.device, torch),
+                         "host_allocator": self.host_allocator, "cpu_threads": self.thread_policy()},
+            "provenance": provenance.collect(self.device, torch, self.timed_with_threads()),
             "wall_time_s": time.perf_counter() - self.started,
         }
 
+    def timed_with_threads(self) -> int:
+        """The thread count every timing of this run used (one count: a demo runs under one policy)."""
+        counts = self.timing_threads or {self.cpu_threads}
+        if len(counts) > 1:
+            raise RuntimeError(f"timings of {self.demo} ran with different thread counts {sorted(counts)}: "
+                               "thread counts belong to the harness (start(..., cpu_threads=N)), not to the demo")
+        return next(iter(counts))
+
+    def thread_policy(self) -> dict:
+        if self.thread_limit is None:
+            return {"asked": None, "timings": self.timed_with_threads(), "ceilings": self.machine_threads}
+        return {"asked": self.thread_limit.threads, "timings": self.timed_with_threads(),
+                "ceilings": self.machine_threads, **{f"{k}_threads": v for k, v in self.thread_limit.as_dict().items()}}
+
     def finish_ceilings(self) -> None:
-        """Measure the ceilings again and keep the better sample of each; fractions follow."""
+        """Measure the ceilings again (with every thread) and keep the better sample of each; fractions follow."""
+        self.timed_with_threads()  # refuse a mixed-thread run before measuring anything more
+        if self.thread_limit is not None:
+            self.thread_limit.restore()
         if "samples" not in next(iter(self.ceilings.values())):
             self.log("measuring the ceilings again, at the end of the run ...")
             self.ceilings = ceilings.combine(self.ceilings,
@@ -199,14 +241,17 @@ class Run:
             self.log("not run as a script (no demo file): results are shown above, no record written")
             return None
         path = record.record_path(self.options.results_dir, self.demo, self.device.device_class)
-        record.write_atomic(path, self.to_record())
-        shown = path.resolve().relative_to(REPO_ROOT) if REPO_ROOT in path.resolve().parents else path
-        self.log(f"wrote {shown} in {time.perf_counter() - self.started:.1f} s")
+        rec = self.to_record()
+        record.write(path, rec)
+        self.log(f"wrote {shown(path)} in {time.perf_counter() - self.started:.1f} s")
         return path
 
 
-def start(demo: str, title: str, sizes: dict, argv: list[str] | None = None) -> Run:
-    """Parse --device/--size, pick the device, measure ceilings, and return the Run."""
+def start(demo: str, title: str, sizes: dict, argv: list[str] | None = None, cpu_threads: int | None = None) -> Run:
+    """Parse --device/--size, pick the device, measure ceilings, apply the thread policy, return the Run.
+
+    ``cpu_threads``: on a CPU, the threads the demo's work runs with (PyTorch, BLAS, XLA); None keeps
+    the machine's. Demos never set thread counts themselves (see demos/harness/threads.py)."""
     missing = {"tiny", "small", "full"} - set(sizes)
     if missing:
         raise ValueError(f"{demo}: sizes must define tiny, small and full (missing {sorted(missing)})")
@@ -214,5 +259,5 @@ def start(demo: str, title: str, sizes: dict, argv: list[str] | None = None) -> 
     demo_file = caller.resolve() if caller.suffix == ".py" and caller.is_file() else None
     if demo_file is not None and REPO_ROOT not in demo_file.parents:
         demo_file = None
-    return Run(demo, title, sizes, demo_file, argv)
+    return Run(demo, title, sizes, demo_file, argv, cpu_threads)
 

@@ -19,9 +19,8 @@ import re
 import numpy as np
 import torch
 
-from demos.harness.cli import REPO_ROOT
+from demos.harness.paths import REPO_ROOT
 from demos.harness.run import start
-from demos.t1_frameworks._threads import one_thread_per_library_on_cpu
 
 run = start(
     "compilation_model",
@@ -31,11 +30,11 @@ run = start(
         "small": {"hidden": 128, "batches": [20, 24, 36], "bucket": 32},
         "full": {"hidden": 4096, "batches": [1000, 1400, 1800], "bucket": 1024},
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 HIDDEN, BATCHES, BUCKET = run.sizes["hidden"], run.sizes["batches"], run.sizes["bucket"]
 
-one_thread_per_library_on_cpu(run)  # on a CPU: one thread each for PyTorch, NumPy and XLA (see _threads.py)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from sklearn.datasets import load_digits
 
 from demos.harness.run import start
-from demos.t1_frameworks._threads import one_thread_per_library_on_cpu
 
 run = start(
     "one_model_four_ways",
@@ -29,12 +28,12 @@ run = start(
         "small": {"hidden": 128, "batch": 64, "epochs": 8},
         "full": {"hidden": 4096, "batch": 256, "epochs": 20},
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 HIDDEN, BATCH, EPOCHS = run.sizes["hidden"], run.sizes["batch"], run.sizes["epochs"]
 LR = 0.1
 
-one_thread_per_library_on_cpu(run)  # on a CPU: one thread each for PyTorch, NumPy and XLA (see _threads.py)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

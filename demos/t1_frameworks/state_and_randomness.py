@@ -19,7 +19,6 @@
 import torch
 
 from demos.harness.run import start
-from demos.t1_frameworks._threads import one_thread_per_library_on_cpu
 
 run = start(
     "state_and_randomness",
@@ -29,11 +28,11 @@ run = start(
         "small": {"update_elements": 2**24},
         "full": {"update_elements": 2**28},
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 N_UPDATE = run.sizes["update_elements"]
 
-one_thread_per_library_on_cpu(run)  # on a CPU: one thread each for PyTorch, NumPy and XLA (see _threads.py)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -20,7 +20,6 @@ from sklearn.datasets import load_digits
 from torch.func import functional_call
 
 from demos.harness.run import start
-from demos.t1_frameworks._threads import one_thread_per_library_on_cpu
 
 run = start(
     "transforms",
@@ -30,11 +29,11 @@ run = start(
         "small": {"batches": [8, 32, 128], "hidden": 128},
         "full": {"batches": [64, 256, 1024], "hidden": 4096},
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 BATCHES, HIDDEN = run.sizes["batches"], run.sizes["hidden"]
 
-one_thread_per_library_on_cpu(run)  # on a CPU: one thread each for PyTorch, NumPy and XLA (see _threads.py)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -32,6 +32,7 @@ run = start(
         "small": (4, 128, 4, [20, 44, 60], 32),
         "full": (16, 1024, 16, [300, 700, 1000], 512),
     },
+    cpu_threads=1,
 )
 batch, width, heads, lengths, bucket = run.sizes
 device = run.torch_device
@@ -45,8 +46,6 @@ requests = {t: torch.randn(batch, t, width, device=device, dtype=dtype) for t in
 # a core, each region stalled for a scheduler time slice and a compiled call measured tens of times
 # slower than the same call a minute later. One thread keeps eager and compiled comparable and the
 # numbers repeatable; the generated code is then a plain (vectorized) loop nest.
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 
 # %% [markdown]
 # Every compile in this demo is a cold one: Inductor's caches are switched off, so that a graph

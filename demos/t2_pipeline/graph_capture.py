@@ -31,7 +31,7 @@ from demos.harness.run import start
 from demos.t2_pipeline._block import SIZES, make_block, reference_forward
 
 run = start("graph_capture", title="A transformer block through Dynamo, torch.export, AOTAutograd and Inductor",
-            sizes=SIZES)
+            sizes=SIZES, cpu_threads=1)
 batch, seq, width, heads = run.sizes
 device = run.torch_device
 dtype = torch.bfloat16 if run.device.is_gpu else torch.float32
@@ -45,8 +45,6 @@ reference = reference_forward(block, x)
 # a core, each region stalled for a scheduler time slice and a compiled call measured tens of times
 # slower than the same call a minute later. One thread keeps eager and compiled comparable and the
 # numbers repeatable; the generated code is then a plain (vectorized) loop nest.
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 
 
 def excerpt(text: str, max_lines: int = 60) -> str:

@@ -25,7 +25,7 @@ import torch
 from demos.harness.run import start
 from demos.t2_pipeline._block import SIZES, make_block, reference_forward
 
-run = start("onnx_export", title="The block exported to ONNX and run in ONNX Runtime", sizes=SIZES)
+run = start("onnx_export", title="The block exported to ONNX and run in ONNX Runtime", sizes=SIZES, cpu_threads=1)
 _, seq, width, heads = run.sizes
 # The exported file is device-neutral: export the float32 block on the CPU. ONNX Runtime's CPU
 # provider runs it everywhere; its CUDA provider runs it too where that build is installed.
@@ -35,9 +35,6 @@ BATCHES = (1, 3)  # two batch sizes through the one symbolic axis
 # On a CPU both runtimes get one thread, so the latency comparison at the end is like for like. On
 # this shared 2-core machine, PyTorch's two OpenMP threads stalled whenever another process held a
 # core, and one eager block call measured tens of milliseconds instead of about one or two.
-CPU_THREADS = 1 if not run.device.is_gpu else None
-if CPU_THREADS:
-    torch.set_num_threads(CPU_THREADS)
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 
 # %% [markdown]
@@ -89,8 +86,8 @@ def session(provider: str, optimized_path: str | None = None) -> ort.InferenceSe
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only
-    if CPU_THREADS and provider == "CPUExecutionProvider":
-        options.intra_op_num_threads = options.inter_op_num_threads = CPU_THREADS
+    if provider == "CPUExecutionProvider":  # as many threads as PyTorch got from the harness
+        options.intra_op_num_threads = options.inter_op_num_threads = run.cpu_threads
     if optimized_path:
         options.optimized_model_filepath = optimized_path
     return ort.InferenceSession(model.SerializeToString(), options, providers=[provider])

@@ -27,6 +27,7 @@ run = start(
         "small": (1024, [1, 8, 64]),
         "full": (4096, [1, 8, 64, 256]),
     },
+    cpu_threads=1,
 )
 numel, lengths = run.sizes
 device = run.torch_device
@@ -42,8 +43,6 @@ dtype = torch.float32
 # scheduler.
 
 # %%
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 
 
 def chain(x, n: int):

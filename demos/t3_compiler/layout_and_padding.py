@@ -32,6 +32,7 @@ run = start(
         "small": ((4, 64, 56), 1024, 2048),
         "full": ((32, 256, 56), 8192, 8192),
     },
+    cpu_threads=1,
 )
 (batch, channels, hw), n, m = run.sizes
 device = run.torch_device
@@ -41,8 +42,6 @@ TOLERANCE = {torch.float32: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rto
 # On a CPU the demo runs on one thread: on this shared 2-core machine, multi-threaded kernels
 # stalled whenever another process held a core (a 0.6 ms matrix-vector product measured 16 ms),
 # and the ratios below swung with the neighbours' load. One thread measures the kernels.
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 
 # %% [markdown]
 # ## Convolution: NCHW vs channels-last vs converting around the call

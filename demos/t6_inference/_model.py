@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import sysconfig
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,8 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODEL_CACHE = REPO_ROOT / ".cache" / "models"
+from demos.harness import atomic
+from demos.harness.paths import CACHE_DIR
+
+MODEL_CACHE = CACHE_DIR / "models"
 
 # -- tokenizer and corpus ------------------------------------------------------------------------
 
@@ -300,20 +300,7 @@ MODELS = {  # size -> {"target"/"draft": (model Config, TrainConfig)}
 
 def train(cfg: Config, tc: TrainConfig, data: torch.Tensor, held: torch.Tensor, device, seed: int) -> tuple[TinyLM, dict]:
     """AdamW on random windows of the training bytes, warm-up then cosine decay. Returns (model, info).
-
-    On a CPU it trains with one intra-op thread: on a machine shared with other work, a second
-    OpenMP thread that gets descheduled stalls every parallel region (training ran several times
-    slower under load that way), while on an idle 2-core machine one thread costs little."""
-    threads = torch.get_num_threads()
-    if torch.device(device).type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        return _train(cfg, tc, data, held, device, seed)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train(cfg: Config, tc: TrainConfig, data: torch.Tensor, held: torch.Tensor, device, seed: int) -> tuple[TinyLM, dict]:
+    It runs with the thread count the calling demo declared to the harness (one, for the T6 demos)."""
     torch.manual_seed(seed)
     model = TinyLM(cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=0.1)
@@ -387,11 +374,7 @@ def trained_models(device, size: str, log=print) -> tuple[TinyLM, TinyLM, dict]:
             log(f"  {role}: {role_info['params'] / 1e6:.2f} M parameters, {role_info['train_s']:.1f} s, "
                 f"loss {role_info['first_loss']:.2f} -> {role_info['final_loss']:.2f}, held-out "
                 f"{role_info['held_out_bits_per_byte']:.2f} bits/byte")
-        MODEL_CACHE.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=MODEL_CACHE, suffix=".tmp")
-        os.close(fd)
-        torch.save(saved, tmp)
-        os.replace(tmp, path)  # atomic: demos running side by side never read half a file
+        atomic.write_bytes_via(path, lambda tmp: torch.save(saved, tmp))  # demos side by side never read half a file
         info["loaded_from_cache"] = False
     for role in ("target", "draft"):
         info[role]["config"] = asdict(models[role].cfg)

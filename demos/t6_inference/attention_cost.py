@@ -30,6 +30,7 @@ run = start(
         "small": (1, 4, 64, [256, 512, 1024, 2048]),
         "full": (2, 16, 128, [1024, 2048, 4096, 8192, 16384]),
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 batch, heads, head_dim, seq_lens = run.sizes
@@ -44,9 +45,7 @@ TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rto
 # a one-thread matmul, measured here in the same run (the harness's ceilings use every thread).
 
 # %%
-machine_threads = torch.get_num_threads()
 if not run.device.is_gpu:
-    torch.set_num_threads(1)
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     one_thread_tflops = 2 * 1024**3 / run.time(lambda: a @ b).median_s / 1e12
     run.metric("matmul_one_thread_tflops", one_thread_tflops, "TFLOP/s",
@@ -289,5 +288,4 @@ if run.device.is_gpu:
     run.metric("best_fused.tflops_longest", causal_flops(n_max) / results[top, n_max][0].median_s / 1e12, "TFLOP/s",
                ceiling=ceiling, label=f"fastest fused backend ({top}) at N={n_max}: useful causal TFLOP/s")
 
-torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
 run.save()

@@ -33,6 +33,7 @@ run = start(
         "small": ([1, 2, 4, 8, 16, 32], 32, (16, 128), 2000),
         "full": ([1, 2, 4, 8, 16, 32, 64, 128], 128, (32, 512), 4000),
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 batch_sizes, prompt_len, (out_min, out_max), n_requests = run.sizes
@@ -49,9 +50,6 @@ model = target.to(serving_dtype)
 # with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%
-machine_threads = torch.get_num_threads()
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 
 # %% [markdown]
 # ## Measured step times of the real model
@@ -307,5 +305,4 @@ run.metric("littles_law.max_rel_error", max(little_errors), "fraction",
            label="largest relative gap between L and lambda*W over every simulation")
 run.metric("low_load.p50_over_service_time", low / alone_s, "x",
            label=f"continuous batching, load {LOADS[0]}: p50 latency over one request's service time alone")
-torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
 run.save()

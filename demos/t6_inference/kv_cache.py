@@ -30,6 +30,7 @@ run = start(
         "small": (32, 160, [32, 64, 128, 191]),
         "full": (128, 896, [128, 256, 512, 768, 1023]),
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 prompt_len, n_new, positions = run.sizes
@@ -43,9 +44,6 @@ target, _, model_info = trained_models(device, run.size, log=run.log)
 # with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%
-machine_threads = torch.get_num_threads()
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 cfg = target.cfg
 run.metric("model.params_m", target.n_params() / 1e6, "M", label="target model parameters (millions)")
 run.metric("model.held_out_bits_per_byte", model_info["target"]["held_out_bits_per_byte"], "bits/byte",
@@ -201,5 +199,4 @@ run.metric("step_speedup_last", step_times["without cache"][-1].median_s / step_
            "x", label=f"one step at position {last}: without cache over with cache")
 run.metric("generate_speedup", total["without cache"].median_s / total["with cache"].median_s, "x",
            label=f"whole generation of {n_new} tokens: without cache over with cache")
-torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
 run.save()

@@ -32,6 +32,7 @@ run = start(
         "small": (32, 96, [1, 2, 4, 8], 12, 2),
         "full": (64, 256, [1, 2, 4, 6, 8], 32, 4),
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 prompt_len, n_new, draft_lengths, n_checked, n_timed = run.sizes
@@ -44,9 +45,6 @@ prompt_len, n_new, draft_lengths, n_checked, n_timed = run.sizes
 # with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%
-machine_threads = torch.get_num_threads()
-if not run.device.is_gpu:
-    torch.set_num_threads(1)
 target, draft, model_info = trained_models(device, run.size, log=run.log)
 for role, model in (("target", target), ("draft", draft)):
     run.metric(f"{role}.params_m", model.n_params() / 1e6, "M", label=f"{role} model parameters (millions)")
@@ -235,5 +233,4 @@ best = max(range(len(draft_lengths)), key=lambda i: speedups[i])
 run.metric("best.speedup", speedups[best], "x", label=f"best measured speedup (k={draft_lengths[best]})")
 run.metric("baseline.ms_per_token", baseline.median_s / (n_timed * n_new) * 1e3, "ms",
            label="target's greedy decoding with KV cache: time per token")
-torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
 run.save()

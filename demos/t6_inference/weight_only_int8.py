@@ -33,6 +33,7 @@ run = start(
         "small": (4096, [1, 4, 16, 64], 128),
         "full": (8192, [1, 4, 16, 64, 256], 1024),
     },
+    cpu_threads=1,
 )
 device = run.torch_device
 width, rows_sweep, context = run.sizes
@@ -50,9 +51,7 @@ import triton.language as tl  # noqa: E402
 # thread, measured here in the same run (the harness's ceilings use every thread).
 
 # %%
-machine_threads = torch.get_num_threads()
 if not run.device.is_gpu:
-    torch.set_num_threads(1)
     copy_src = torch.randn(2**24)
     copy_dst = torch.empty_like(copy_src)
     one_thread_copy_gbps = 2 * copy_src.nbytes / run.time(lambda: copy_dst.copy_(copy_src)).median_s / 1e9
@@ -328,5 +327,4 @@ if run.device.is_gpu:
 else:
     run.not_run("cuda_graph", "CUDA graphs need a GPU; the static-shape decode step they capture was checked "
                 "against the ordinary one above")
-torch.set_num_threads(machine_threads)  # the closing ceiling measurement uses every thread
 run.save()

@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from demos.harness import threads
+
 TIMEOUT = datetime.timedelta(seconds=120)
 
 
@@ -49,7 +51,7 @@ def _free_port() -> int:
 
 
 def _forked_rank(rank, world_size, port, out_dir, worker, args):
-    torch.set_num_threads(1)
+    threads.limit(1)  # the harness's thread policy, applied in each rank
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                             timeout=TIMEOUT)
     try:
@@ -78,7 +80,7 @@ def _launch_here(worker, args, device):
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     else:
-        torch.set_num_threads(1)
+        threads.limit(1)  # the harness's thread policy, applied in each rank
     if not dist.is_initialized():
         dist.init_process_group(backend_for(device), timeout=TIMEOUT)
     rank, world_size = dist.get_rank(), dist.get_world_size()

@@ -44,6 +44,7 @@ run = start(
         "small": (512, 128, 256, 10, 2),
         "full": (2048, 256, 1024, 10, 2),
     },
+    cpu_threads=1,
 )
 tokens_per_rank, hidden, ffn_width, timing_repeats, forwards_per_count = run.sizes
 n_tokens = tokens_per_rank * WORLD_SIZE
@@ -428,8 +429,6 @@ run.table("bytes", f"Bytes per forward: formula (rows leaving + rows returning) 
 # a node, the network across nodes) is what decides whether expert parallelism pays.
 
 # %%
-machine_threads = torch.get_num_threads()
-torch.set_num_threads(1)
 p32 = params.to(torch.float32, rank_device)
 x32 = x_all.to(rank_device, torch.float32)
 time_rows = []
@@ -446,7 +445,6 @@ for k in (1, 2):
                label=f"k={k}: expert-parallel forward time over single-process time")
     time_rows.append([k, round(single.median_s * 1e3, 2), round(ep["median_s"] * 1e3, 2),
                       f"{ep['p10_s'] * 1e3:.2f}-{ep['p90_s'] * 1e3:.2f}", round(ep["median_s"] / single.median_s, 2)])
-torch.set_num_threads(machine_threads)
 run.table("time", f"Forward time, {n_tokens} tokens (CPU ranks share the host's cores: mechanics, not speedup)",
           ["k", "one process (ms)", f"expert parallel, {WORLD_SIZE} ranks (ms)", "EP p10-p90 (ms)", "EP / one process"],
           time_rows)

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from demos.harness.cli import fail
+from demos.harness.errors import fail
 from demos.harness.device import Device
 from demos.harness.run import start
 from demos.harness.timing import Settings, measure
@@ -46,8 +46,7 @@ TP_DEGREES = [1, 2, 4, 8]  # for the single-device GEMM study
 if _dist.under_torchrun() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1")):
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # one GPU per rank, before anything touches a GPU
 
-run = start("tensor_parallel", title="Tensor parallelism: a Megatron MLP on 2 and 4 ranks", sizes=SIZES)
-machine_threads = torch.get_num_threads()
+run = start("tensor_parallel", title="Tensor parallelism: a Megatron MLP on 2 and 4 ranks", sizes=SIZES, cpu_threads=1)
 
 # Imported after start(), which must see Triton unimported (DTensor imports it), and before any rank
 # is forked, so the ranks inherit these modules instead of each importing them.
@@ -569,10 +568,7 @@ run.table("dtensor", "PyTorch's parallelize_module: collectives per training ste
 # least `2(p-1)/p * 2n bytes / 450 GB/s`. That figure is stated here, not measured.
 
 # %%
-if rank_device.type == "cpu":
-    torch.set_num_threads(1)
 p1 = seconds_per_step(single_process_step(), rank_sizes["steps"], rank_sizes["repeats"], rank_device)
-torch.set_num_threads(machine_threads)
 
 rows = [[1, round(p1["median"] * 1e3, 2), round(p1["p10"] * 1e3, 2), round(p1["p90"] * 1e3, 2), "-", 1.0]]
 run.metric("p1.step_ms", p1["median"] * 1e3, "ms", label="single process (one thread on CPU): one training step")
