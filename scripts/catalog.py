@@ -12,6 +12,7 @@ from pathlib import Path
 
 from demos.harness import record
 from demos.harness.paths import DATASHEETS, DEMOS_DIR, REPO_ROOT, RESULTS_DIR
+from demos.harness import digest as digests
 from demos.harness.digest import source_digest
 
 
@@ -24,6 +25,22 @@ class Demo:
 
     def digest(self) -> str:
         return source_digest(self.path)
+
+
+def freshness(demo: Demo, rec: dict | None) -> str:
+    """fresh | stale | missing: the harness's one freshness rule, applied to a demo and its record."""
+    return digests.freshness(None if rec is None else rec["source_digest"], demo.digest())
+
+
+def record_freshness(demo: Demo, device_class: str, results_dir: Path = RESULTS_DIR) -> str:
+    """Freshness of the record on disk; a malformed record counts as missing (it must be re-made)."""
+    path = record.record_path(results_dir, demo.name, device_class)
+    if not path.exists():
+        return digests.MISSING
+    try:
+        return freshness(demo, record.load(path))
+    except record.RecordError:
+        return digests.MISSING
 
 
 def discover(demos_dir: Path = DEMOS_DIR) -> dict[str, Demo]:

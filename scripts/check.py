@@ -78,12 +78,11 @@ def check_records(report: Report, demos: dict[str, catalog.Demo], results_dir: P
 
 def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict]) -> None:
     for name, demo in demos.items():
-        digest = demo.digest()
         recs = records.get(name, {})
         if "cpu" not in recs:
             report.error(f"{rel(demo.path)}: no CPU record; run `python -m scripts.regen {name} --device cpu`")
         for device_class, rec in recs.items():
-            if rec["source_digest"] == digest:
+            if catalog.freshness(demo, rec) == "fresh":
                 continue
             message = (f"docs/results/{name}/{device_class}.json is stale: {rel(demo.path)} or a module it imports "
                        f"changed since it was measured ({rec['provenance']['utc']})")

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from demos.harness import record
+
 from demos.harness.cli import DEVICES, SIZE_PRESETS
 from demos.harness.errors import OneLineParser, fail
 from demos.harness.paths import CACHE_DIR, REPO_ROOT, RESULTS_DIR
@@ -53,13 +53,8 @@ def resolve_device_class(device: str) -> str:
 
 
 def is_stale(demo: catalog.Demo, device_class: str, results_dir: Path) -> bool:
-    path = record.record_path(results_dir, demo.name, device_class)
-    if not path.exists():
-        return True
-    try:
-        return record.load(path)["source_digest"] != demo.digest()
-    except record.RecordError:
-        return True
+    """Missing, malformed or made by other code than the demo's current code."""
+    return catalog.record_freshness(demo, device_class, results_dir) != "fresh"
 
 
 def run_demo(demo: catalog.Demo, device: str, size: str | None, results_dir: Path, console: Console,

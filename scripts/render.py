@@ -11,6 +11,7 @@ import html
 import posixpath
 import re
 
+from demos.harness import digest as digests
 from scripts import catalog
 from scripts.claims import MissingMetric, judge, metric_value
 from scripts.markers import Marker, substitute
@@ -73,7 +74,7 @@ def badge(state: str) -> str:
 
 
 def record_state(rec: dict, current_digest: str | None) -> str:
-    return "fresh" if rec["source_digest"] == current_digest else "stale"
+    return digests.freshness(rec["source_digest"], current_digest)
 
 
 def provenance_line(rec: dict) -> str:
