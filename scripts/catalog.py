@@ -17,6 +17,9 @@ from demos.harness.digest import source_digest
 
 
 
+NOT_TOPICS = {"harness", "common"}  # demos/harness: the harness; demos/common: helpers that several topics share
+
+
 @dataclass(frozen=True)
 class Demo:
     name: str  # the file's stem, unique across demos/: "kernel_fusion"
@@ -44,10 +47,10 @@ def record_freshness(demo: Demo, device_class: str, results_dir: Path = RESULTS_
 
 
 def discover(demos_dir: Path = DEMOS_DIR) -> dict[str, Demo]:
-    """Every demos/<topic>/<demo>.py (not the harness, not __init__), keyed by name."""
+    """Every demos/<topic>/<demo>.py (not the harness, not demos/common, not _private.py), keyed by name."""
     found: dict[str, Demo] = {}
     for path in sorted(demos_dir.glob("*/*.py")):
-        if path.parent.name == "harness" or path.name.startswith("_"):
+        if path.parent.name in NOT_TOPICS or path.name.startswith("_"):
             continue
         name = path.stem
         if name in found:

@@ -1,0 +1,1 @@
+"""Helpers that more than one topic uses (a model block, the cluster cost model): neutral ground."""
