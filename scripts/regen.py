@@ -1,19 +1,35 @@
 """Regenerate result records: `python -m scripts.regen [DEMO ...] [--stale] [--device cpu|cuda|auto]`.
 
-Runs each demo in its own process (`python -m demos.<topic>.<demo> --device ...`), shows progress,
-and ends with a summary table (demo, device, status, wall time). A failing demo is reported with
-its last error line and the others still run; the exit code is then 1. A demo writes its record
-only when it finished, atomically, so a failure leaves the previous record untouched. Each demo's
-full output is kept in .cache/regen/<demo>-<device>.log.
+Runs each demo in its own process (`python -m demos.<topic>.<demo> --device ...`) and process group,
+shows progress, and ends with a summary table (demo, device, status, wall time). A failing demo is
+reported with its last error line and the others still run; the exit code is then 1. A demo writes
+its record only when it finished, atomically, so a failure leaves the previous record untouched.
+
+- ``--timeout`` is a hard wall-clock limit per demo: it fires whether or not the demo prints, and
+  kills the demo's whole process group (its workers and compilers too).
+- One regeneration of a demo on a device class at a time: a lock per demo and class
+  (.cache/regen/locks/), so a second regen of the same demo fails at once with one line instead of
+  racing the first for the machine and the record.
+- SIGTERM or SIGINT to regen kills the running demo's process group before regen exits: no orphan.
+- ``--results-dir`` is read relative to the directory regen was started from.
+- Each run's full output goes to its own log, .cache/regen/<demo>-<device>-<UTC time>-<pid>.log
+  (the newest few per demo and device are kept).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fcntl
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
@@ -22,10 +38,12 @@ from rich.table import Table
 
 from demos.harness.cli import DEVICES, SIZE_PRESETS
 from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import CACHE_DIR, REPO_ROOT, RESULTS_DIR
+from demos.harness.paths import CACHE_DIR, DEMOS_DIR, REPO_ROOT, RESULTS_DIR, shown
 from scripts import catalog
 
 LOG_DIR = CACHE_DIR / "regen"
+LOCK_DIR = LOG_DIR / "locks"
+LOGS_KEPT = 5  # per demo and device
 
 
 @dataclass
@@ -35,6 +53,11 @@ class Outcome:
     ok: bool
     seconds: float
     detail: str  # the record written, or the error's last line
+    status: str = ""  # ok | failed | timeout | busy (another regen holds the demo's lock)
+    log: Path | None = None
+
+    def __post_init__(self):
+        self.status = self.status or ("ok" if self.ok else "failed")
 
 
 def resolve_device_class(device: str) -> str:
@@ -57,43 +80,186 @@ def is_stale(demo: catalog.Demo, device_class: str, results_dir: Path) -> bool:
     return catalog.record_freshness(demo, device_class, results_dir) != "fresh"
 
 
-def run_demo(demo: catalog.Demo, device: str, size: str | None, results_dir: Path, console: Console,
-             timeout: float, env: dict | None = None) -> Outcome:
-    command = [sys.executable, "-u", "-m", demo.module, "--device", device, "--results-dir", str(results_dir)]
-    if size:
-        command += ["--size", size]
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / f"{demo.name}-{device}.log"
+# -- one demo, one process group, one hard deadline ------------------------------------------------
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill the process group the child leads (start_new_session=True makes its pgid its pid)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+@dataclass
+class Finished:
+    returncode: int | None
+    timed_out: bool
+    last_lines: list[str]
+    seconds: float
+
+
+def run_with_deadline(command: list[str], log_path: Path, timeout: float, env: dict | None = None,
+                      cwd: Path = REPO_ROOT, on_line=None) -> Finished:
+    """Run command in its own process group, its output to log_path, killed (whole group) at ``timeout``.
+
+    A reader thread moves the output into a queue, so the deadline is kept by this thread whether or not
+    the command prints anything. An exception here (KeyboardInterrupt, or SystemExit from SIGTERM, see
+    ``signals_raise``) kills the group before it propagates."""
     started = time.perf_counter()
+    deadline = started + timeout
+    lines: queue.Queue = queue.Queue()
     last_lines: list[str] = []
-    with open(log_path, "w", encoding="utf-8") as log, console.status(f"{demo.name} on {device} ...") as status:
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=env, start_new_session=True)
-        try:
+    timed_out = False
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", env=env, start_new_session=True)
+
+        def pump():
             for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            while True:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    kill_group(proc)
+                    timed_out = True
+                    break
+                try:
+                    line = lines.get(timeout=min(left, 0.5))
+                except queue.Empty:
+                    continue
+                if line is None:
+                    break
                 log.write(line)
+                log.flush()
                 line = line.rstrip()
                 if line:
                     last_lines = (last_lines + [line])[-30:]
-                    elapsed = time.perf_counter() - started
-                    if console.is_terminal:
-                        status.update(f"{demo.name} on {device} [{elapsed:5.0f} s] {line[:100]}")
-                    else:
-                        console.print(f"  [{demo.name} {elapsed:5.0f}s] {line}", markup=False, highlight=False)
-                if time.perf_counter() - started > timeout:
-                    proc.kill()
-                    last_lines.append(f"timed out after {timeout:.0f} s")
-                    break
+                    if on_line is not None:
+                        on_line(line, time.perf_counter() - started)
+            if timed_out:
+                last_lines.append(f"timed out after {timeout:.0f} s (its process group was killed)")
+                log.write(last_lines[-1] + "\n")
             proc.wait()
-        except KeyboardInterrupt:
-            proc.kill()
+        except BaseException:
+            kill_group(proc)
+            proc.wait()
             raise
-    seconds = time.perf_counter() - started
-    if proc.returncode == 0:
+        finally:
+            reader.join(timeout=5)
+    return Finished(proc.returncode, timed_out, last_lines, time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def signals_raise():
+    """While inside, SIGTERM raises SystemExit (SIGINT already raises KeyboardInterrupt), so the
+    cleanup in run_with_deadline runs and kills the demo's process group instead of orphaning it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Busy(Exception):
+    """Another regen holds this demo's lock on this device class."""
+
+
+@contextlib.contextmanager
+def demo_lock(demo: str, device_class: str):
+    """An exclusive lock per demo and device class (flock: released by the kernel if the holder dies)."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    path = LOCK_DIR / f"{demo}-{device_class}.lock"
+    with open(path, "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise Busy(f"another regen of {demo} on {device_class} is running (pid {holder}); "
+                       "wait for it to finish instead of racing it for the machine and the record") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def new_log_path(log_dir: Path, demo: str, device: str) -> Path:
+    """A log of its own for each run; older logs of the same demo and device beyond LOGS_KEPT are removed."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    path = log_dir / f"{demo}-{device}-{stamp}-{os.getpid()}.log"
+    older = sorted(log_dir.glob(f"{demo}-{device}-2*.log"))
+    for old in older[:max(0, len(older) - (LOGS_KEPT - 1))]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def remove_leftover_temp_files(results_dir: Path, demo: str) -> None:
+    """A demo killed mid-write leaves its atomic write's temporary file (.<name>.*.tmp): remove it."""
+    for tmp in (Path(results_dir) / demo).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+def run_demo(demo: catalog.Demo, device: str, size: str | None, results_dir: Path, console: Console,
+             timeout: float, env: dict | None = None, device_class: str | None = None,
+             log_dir: Path | None = None, extra_args: list[str] | None = None) -> Outcome:
+    results_dir = Path(results_dir).absolute()
+    command = [sys.executable, "-u", "-m", demo.module, "--device", device, "--results-dir", str(results_dir)]
+    if size:
+        command += ["--size", size]
+    command += extra_args or []
+    log_path = new_log_path(log_dir or LOG_DIR, demo.name, device)
+    started = time.perf_counter()
+    try:
+        with demo_lock(demo.name, device_class or device), \
+                console.status(f"{demo.name} on {device} ...") as status:
+
+            def show(line: str, elapsed: float) -> None:
+                if console.is_terminal:
+                    status.update(f"{demo.name} on {device} [{elapsed:5.0f} s] {line[:100]}")
+                else:
+                    console.print(f"  [{demo.name} {elapsed:5.0f}s] {line}", markup=False, highlight=False)
+
+            try:
+                done = run_with_deadline(command, log_path, timeout, env, on_line=show)
+            except BaseException:
+                remove_leftover_temp_files(results_dir, demo.name)
+                raise
+    except Busy as e:
+        return Outcome(demo.name, device, False, time.perf_counter() - started, str(e), status="busy")
+    if done.timed_out:
+        remove_leftover_temp_files(results_dir, demo.name)
+    last_lines = done.last_lines
+    if done.returncode == 0 and not done.timed_out:
         written = [line for line in last_lines if line.startswith("wrote ")]
-        return Outcome(demo.name, device, True, seconds, written[-1].removeprefix("wrote ") if written else "ok")
-    error = next((line for line in reversed(last_lines) if line.strip() and not line.startswith(" ")), "failed")
-    return Outcome(demo.name, device, False, seconds, f"{error} (exit {proc.returncode}; log: {log_path.relative_to(REPO_ROOT)})")
+        return Outcome(demo.name, device, True, done.seconds,
+                       written[-1].removeprefix("wrote ") if written else "ok", log=log_path)
+    if done.timed_out:
+        error = last_lines[-1]
+    else:
+        error = next((line for line in reversed(last_lines) if line.strip() and not line.startswith(" ")), "failed")
+    return Outcome(demo.name, device, False, done.seconds,
+                   f"{error} (exit {done.returncode}; log: {shown(log_path)})",
+                   status="timeout" if done.timed_out else "failed", log=log_path)
 
 
 def summary_table(outcomes: list[Outcome]) -> Table:
@@ -101,7 +267,7 @@ def summary_table(outcomes: list[Outcome]) -> Table:
     for col in ("demo", "device", "status", "wall time", "record / error"):
         table.add_column(col)
     for o in outcomes:
-        table.add_row(o.demo, o.device, "[green]ok[/]" if o.ok else "[red]FAILED[/]", f"{o.seconds:.1f} s",
+        table.add_row(o.demo, o.device, "[green]ok[/]" if o.ok else f"[red]{'FAILED' if o.status == 'failed' else o.status.upper()}[/]", f"{o.seconds:.1f} s",
                       o.detail, style=None if o.ok else "red")
     return table
 
@@ -113,14 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu (default) | cuda | auto")
     parser.add_argument("--size", default=None, help="tiny | small | full (default: the device's)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per demo")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per demo (a hard limit)")
+    parser.add_argument("--demos-dir", type=Path, default=DEMOS_DIR, help=argparse.SUPPRESS)  # tests: fake demos
     args = parser.parse_args(argv)
+    args.results_dir = args.results_dir.absolute()  # relative to where regen was started, not the repository
     if args.device not in DEVICES:
         fail(f"unknown device {args.device!r}: choose one of {', '.join(DEVICES)}")
     if args.size is not None and args.size not in SIZE_PRESETS:
         fail(f"unknown size {args.size!r}: choose one of {', '.join(SIZE_PRESETS)}")
     try:
-        demos = catalog.discover()
+        demos = catalog.discover(args.demos_dir.absolute())
     except ValueError as e:
         fail(str(e))
     unknown = [d for d in args.demos if d not in demos]
@@ -140,11 +308,17 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"regen: {len(chosen)} demo(s) on {args.device} ({device_class}): {', '.join(d.name for d in chosen)}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     outcomes = []
-    for i, demo in enumerate(chosen, 1):
-        console.print(f"[{i}/{len(chosen)}] {demo.name} ({demo.module})")
-        outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env)
-        console.print(f"[{i}/{len(chosen)}] {demo.name}: {'ok' if outcome.ok else 'FAILED'} in {outcome.seconds:.1f} s")
-        outcomes.append(outcome)
+    with signals_raise():
+        for i, demo in enumerate(chosen, 1):
+            console.print(f"[{i}/{len(chosen)}] {demo.name} ({demo.module})")
+            outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env,
+                               device_class=device_class)
+            if outcome.status == "busy":
+                console.print(f"error: {outcome.detail}", markup=False, highlight=False)
+            else:
+                console.print(f"[{i}/{len(chosen)}] {demo.name}: {'ok' if outcome.ok else 'FAILED'} "
+                              f"in {outcome.seconds:.1f} s")
+            outcomes.append(outcome)
     console.print(summary_table(outcomes))
     failed = [o for o in outcomes if not o.ok]
     if failed:

@@ -82,3 +82,123 @@ def test_cuda_without_a_gpu_is_one_line_and_exit_2():
         proc = subprocess.run([sys.executable, *command], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().count("\n") == 0 and "no CUDA GPU is visible" in proc.stderr
+
+
+# -- issue 14 item 7: a hard deadline, one regen per demo and device, no orphans, caller-relative paths,
+# one log per run. Each test uses tiny stand-in demos in a temporary folder, never a real demo.
+
+import signal
+import time
+from pathlib import Path
+
+HANG_DEMO = """
+import argparse, os, pathlib, subprocess, sys, time
+p = argparse.ArgumentParser(); p.add_argument("--device"); p.add_argument("--results-dir"); p.add_argument("--size")
+a = p.parse_args()
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])  # a worker in the same group
+folder = pathlib.Path(a.results_dir) / "hang_demo"
+folder.mkdir(parents=True, exist_ok=True)
+(folder / ".cpu.json.half.tmp").write_text("half a record")  # as if killed in the middle of an atomic write
+(pathlib.Path(os.environ["PID_FILE"])).write_text(f"{os.getpid()} {helper.pid}")
+time.sleep(300)  # silent: prints nothing, ever
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_for(predicate, seconds: float) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def _fake_demo_set(tmp_path):
+    demos = _fake_demos(tmp_path)
+    pkg = tmp_path / "fakedemos" / "topic"
+    (pkg / "hang_demo.py").write_text(HANG_DEMO)
+    demos["hang_demo"] = catalog.Demo("hang_demo", pkg / "hang_demo.py", "fakedemos.topic.hang_demo")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "PID_FILE": str(tmp_path / "pids")}
+    return demos, env
+
+
+def _pids(tmp_path) -> list[int]:
+    return [int(p) for p in (tmp_path / "pids").read_text().split()]
+
+
+def test_timeout_fires_on_a_silent_demo_and_kills_its_whole_group(tmp_path):
+    demos, env = _fake_demo_set(tmp_path)
+    console = Console(file=open(os.devnull, "w"))
+    started = time.perf_counter()
+    outcome = regen.run_demo(demos["hang_demo"], "cpu", None, tmp_path / "results", console, 3, env,
+                             log_dir=tmp_path / "logs")
+    assert time.perf_counter() - started < 20, "the deadline must not wait for the demo to print"
+    assert not outcome.ok and outcome.status == "timeout" and "timed out after 3 s" in outcome.detail
+    demo_pid, helper_pid = _pids(tmp_path)
+    assert _wait_for(lambda: not _alive(demo_pid) and not _alive(helper_pid), 10), "the demo's group must be killed"
+    assert not list((tmp_path / "results" / "hang_demo").glob(".*.tmp")), "a killed write leaves no temp file"
+
+
+def test_a_second_regen_of_the_same_demo_and_device_is_refused_in_one_line(tmp_path):
+    demos, env = _fake_demo_set(tmp_path)
+    with regen.demo_lock("ok_demo", "cpu"):  # as if another regen were running it right now
+        proc = subprocess.run([sys.executable, "-m", "scripts.regen", "ok_demo", "--demos-dir", str(tmp_path / "fakedemos"),
+                               "--results-dir", str(tmp_path / "results")], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "another regen of ok_demo on cpu is running" in errors[0]
+    assert not (tmp_path / "results" / "ok_demo" / "cpu.json").exists(), "the second regen must not run the demo"
+    # once the first is done, the lock is free again
+    outcome = regen.run_demo(demos["ok_demo"], "cpu", None, tmp_path / "results", Console(file=open(os.devnull, "w")),
+                             60, env, log_dir=tmp_path / "logs")
+    assert outcome.ok
+
+
+def test_sigterm_to_regen_kills_the_running_demo_and_its_workers(tmp_path):
+    _, env = _fake_demo_set(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.regen", "hang_demo", "--demos-dir",
+                             str(tmp_path / "fakedemos"), "--results-dir", str(tmp_path / "results"), "--timeout", "300"],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: (tmp_path / "pids").exists() and len(_pids(tmp_path)) == 2, 60)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        demo_pid, helper_pid = _pids(tmp_path)
+        assert _wait_for(lambda: not _alive(demo_pid) and not _alive(helper_pid), 10), "no orphan may survive regen"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _pids(tmp_path) if (tmp_path / "pids").exists() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_relative_results_dir_is_read_from_the_callers_directory(tmp_path):
+    _, env = _fake_demo_set(tmp_path)
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "scripts.regen", "ok_demo", "--demos-dir", str(tmp_path / "fakedemos"),
+                           "--results-dir", "my-results"], cwd=caller, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (caller / "my-results" / "ok_demo" / "cpu.json").exists()
+    assert not (REPO / "my-results").exists()
+
+
+def test_each_run_writes_its_own_log(tmp_path):
+    demos, env = _fake_demo_set(tmp_path)
+    console = Console(file=open(os.devnull, "w"))
+    first = regen.run_demo(demos["ok_demo"], "cpu", None, tmp_path / "results", console, 60, env, log_dir=tmp_path / "logs")
+    second = regen.run_demo(demos["ok_demo"], "cpu", None, tmp_path / "results", console, 60, env, log_dir=tmp_path / "logs")
+    assert first.log != second.log and first.log.exists() and second.log.exists()
+    assert "measuring" in first.log.read_text() and "measuring" in second.log.read_text()
