@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import pytest
 
 from conftest import REPO, set_field
-from demos.t7_parallelism import _scale
+from demos.common import cluster_model
 
 pytestmark = pytest.mark.slow
 
@@ -171,13 +171,13 @@ def test_parallel_calculator_agrees_with_the_python_model(page):
     for element_id, value in (("pc-gpus", 64), ("pc-tp", 8), ("pc-pp", 4), ("pc-microbatches", 16),
                               ("pc-zero-stage", 1), ("pc-recompute", "selective")):
         set_field(page, element_id, value)
-    cfg = _scale.Config(**_scale.MODELS["70B"], tp=8, pp=4, dp=2, microbatches=16, zero_stage=1,
+    cfg = cluster_model.Config(**cluster_model.MODELS["70B"], tp=8, pp=4, dp=2, microbatches=16, zero_stage=1,
                         recompute="selective")
     assert page.locator("#pc-dp").inner_text() == "2"
     shown_gb = float(page.locator("#pc-memory-total").inner_text().split()[0])
-    assert shown_gb == round(_scale.memory_per_gpu(cfg)["total_bytes"] / 1e9, 2)
+    assert shown_gb == round(cluster_model.memory_per_gpu(cfg)["total_bytes"] / 1e9, 2)
     shown_bubble = float(page.locator("#pc-bubble").inner_text().split("%")[0])
-    assert shown_bubble == round(100 * _scale.bubble(cfg)["fraction"], 1)
+    assert shown_bubble == round(100 * cluster_model.bubble(cfg)["fraction"], 1)
     calculator.screenshot(path=str(SHOTS / "parallel-calculator.png"))
     set_field(page, "pc-gpus", 60)  # not a multiple of TP x PP
     assert page.locator("#pc-error").is_visible()

@@ -3,9 +3,7 @@ to PyTorch at two batch sizes, and another sequence length refused."""
 
 from __future__ import annotations
 
-
 import pytest
-
 from conftest import run_demo
 
 pytestmark = pytest.mark.slow
@@ -39,7 +37,7 @@ def test_parity_check_can_fail():
     import onnxruntime as ort
     import torch
 
-    from demos.t2_pipeline._block import make_block
+    from demos.common.block import make_block
 
     a, b = make_block(32, 2, "cpu", seed=0), make_block(32, 2, "cpu", seed=1)
     x = torch.randn(1, 16, 32)

@@ -1,5 +1,5 @@
-"""The scaling cost model: _scale.py against hand-computed values, the browser calculator against
-_scale.py (same numbers on a grid of configurations, same messages for invalid ones), and the
+"""The scaling cost model: cluster_model.py against hand-computed values, the browser calculator against
+cluster_model.py (same numbers on a grid of configurations, same messages for invalid ones), and the
 scale_model demo at the tiny size (every collective correct, positive alpha and beta, records)."""
 
 from __future__ import annotations
@@ -12,60 +12,60 @@ import math
 import pytest
 
 from conftest import REPO, run_demo, set_field
-from demos.t7_parallelism import _scale
+from demos.common import cluster_model
 
 pytestmark = pytest.mark.slow
 
 JS = REPO / "docs" / "assets" / "parallel-calculator.js"
 HTML = REPO / "docs" / "includes" / "parallel-calculator.html"
 P7 = 12 * 32 * 4096**2 + 32000 * 4096  # 6,573,522,944
-SEVEN_B = _scale.MODELS["7B"]
+SEVEN_B = cluster_model.MODELS["7B"]
 
 
-# -- (i) _scale.py against values derived by hand -------------------------------------------------
+# -- (i) cluster_model.py against values derived by hand -------------------------------------------------
 
 def test_collective_formulas():
     alpha, beta = 2e-6, 1e-9
-    assert _scale.bytes_sent_per_rank("all_reduce", 1e9, 8) == pytest.approx(1.75e9, rel=1e-15)
-    assert _scale.collective_time("all_reduce", 1e6, 4, alpha, beta) == pytest.approx(6 * 2e-6 + 1.5e6 * 1e-9)
+    assert cluster_model.bytes_sent_per_rank("all_reduce", 1e9, 8) == pytest.approx(1.75e9, rel=1e-15)
+    assert cluster_model.collective_time("all_reduce", 1e6, 4, alpha, beta) == pytest.approx(6 * 2e-6 + 1.5e6 * 1e-9)
     for kind in ("all_gather", "reduce_scatter", "all_to_all"):
-        assert _scale.collective_time(kind, 1e6, 4, alpha, beta) == pytest.approx(3 * 2e-6 + 0.75e6 * 1e-9)
-        assert _scale.bytes_sent_per_rank(kind, 8e6, 8) == pytest.approx(7e6)
-    assert _scale.collective_time("all_reduce", 1e9, 1, alpha, beta) == 0.0
+        assert cluster_model.collective_time(kind, 1e6, 4, alpha, beta) == pytest.approx(3 * 2e-6 + 0.75e6 * 1e-9)
+        assert cluster_model.bytes_sent_per_rank(kind, 8e6, 8) == pytest.approx(7e6)
+    assert cluster_model.collective_time("all_reduce", 1e9, 1, alpha, beta) == 0.0
 
 
 def test_fit_recovers_alpha_and_beta():
     alpha, beta = 50e-6, 1 / 2e9
-    points = [(*_scale.FEATURES[kind](n, p), _scale.collective_time(kind, n, p, alpha, beta))
+    points = [(*cluster_model.FEATURES[kind](n, p), cluster_model.collective_time(kind, n, p, alpha, beta))
               for kind in ("all_reduce", "all_gather") for p in (2, 4) for n in (4e3, 1e5, 1e6, 3e7)]
-    got_alpha, got_beta = _scale.fit_alpha_beta(points)
+    got_alpha, got_beta = cluster_model.fit_alpha_beta(points)
     assert got_alpha == pytest.approx(alpha, rel=1e-9) and got_beta == pytest.approx(beta, rel=1e-9)
-    assert _scale.max_relative_error(points, got_alpha, got_beta) < 1e-9
+    assert cluster_model.max_relative_error(points, got_alpha, got_beta) < 1e-9
     # pure bandwidth data: alpha must not go negative
     flat = [(2.0, n, n * beta) for n in (1e3, 1e6)]
-    assert _scale.fit_alpha_beta(flat)[0] >= 0
+    assert cluster_model.fit_alpha_beta(flat)[0] >= 0
 
 
 def test_7b_memory_by_hand():
-    mem = _scale.memory_per_gpu(dict(SEVEN_B, dp=64))
+    mem = cluster_model.memory_per_gpu(dict(SEVEN_B, dp=64))
     assert mem["params_total"] == P7
     assert mem["model_states_bytes"] == 16 * P7  # 105,176,367,104 bytes
     # activations, no recomputation, no TP: s b h (34 + 5 a s / h) = 4096 * 4096 * (34 + 160) per layer, 1 in flight
     assert mem["activation_bytes_per_layer"] == 4096 * 4096 * 194
     assert mem["activations_bytes"] == 32 * 4096 * 4096 * 194
     assert not mem["fits"]
-    tp = _scale.memory_per_gpu(dict(SEVEN_B, tp=8, recompute="selective"))
+    tp = cluster_model.memory_per_gpu(dict(SEVEN_B, tp=8, recompute="selective"))
     assert tp["model_states_bytes"] == pytest.approx(16 * P7 / 8)
     assert tp["activation_bytes_per_layer"] == pytest.approx(34 * 4096 * 4096 / 8)
-    no_sp = _scale.memory_per_gpu(dict(SEVEN_B, tp=8, sequence_parallel=False))
+    no_sp = cluster_model.memory_per_gpu(dict(SEVEN_B, tp=8, sequence_parallel=False))
     assert no_sp["activation_bytes_per_layer"] == pytest.approx(4096 * 4096 * (10 + 24 / 8 + 160 / 8))
-    full = _scale.memory_per_gpu(dict(SEVEN_B, tp=4, recompute="full"))
+    full = cluster_model.memory_per_gpu(dict(SEVEN_B, tp=4, recompute="full"))
     assert full["activation_bytes_per_layer"] == pytest.approx(2 * 4096 * 4096 / 4)
 
 
 @pytest.mark.parametrize("n", [2, 8, 64, 1000])
 def test_zero_stages_bytes_per_param(n):
-    per_param = {z: _scale.memory_per_gpu(dict(SEVEN_B, dp=n, zero_stage=z))["model_states_bytes"] / P7
+    per_param = {z: cluster_model.memory_per_gpu(dict(SEVEN_B, dp=n, zero_stage=z))["model_states_bytes"] / P7
                  for z in range(4)}
     assert per_param[0] == pytest.approx(16)
     assert per_param[1] == pytest.approx(4 + 12 / n)
@@ -75,19 +75,19 @@ def test_zero_stages_bytes_per_param(n):
 
 def test_bubble_and_in_flight():
     expected = {"over_ideal": 3 / 8, "fraction": 3 / 11}
-    assert _scale.bubble(dict(SEVEN_B, pp=4, microbatches=8)) == pytest.approx(expected)
-    assert _scale.bubble(dict(SEVEN_B, pp=4, microbatches=8, interleave=2))["fraction"] == pytest.approx(3 / 19)
-    assert _scale.bubble(dict(SEVEN_B, pp=1))["fraction"] == 0
-    cfg = _scale.Config(pp=4, microbatches=8)
-    assert _scale.microbatches_in_flight(cfg) == 4
-    assert _scale.microbatches_in_flight(dataclasses.replace(cfg, schedule="gpipe")) == 8
-    assert _scale.microbatches_in_flight(dataclasses.replace(cfg, interleave=2)) == 4 + 3 / 2
-    assert _scale.microbatches_in_flight(dataclasses.replace(cfg, microbatches=2)) == 2
+    assert cluster_model.bubble(dict(SEVEN_B, pp=4, microbatches=8)) == pytest.approx(expected)
+    assert cluster_model.bubble(dict(SEVEN_B, pp=4, microbatches=8, interleave=2))["fraction"] == pytest.approx(3 / 19)
+    assert cluster_model.bubble(dict(SEVEN_B, pp=1))["fraction"] == 0
+    cfg = cluster_model.Config(pp=4, microbatches=8)
+    assert cluster_model.microbatches_in_flight(cfg) == 4
+    assert cluster_model.microbatches_in_flight(dataclasses.replace(cfg, schedule="gpipe")) == 8
+    assert cluster_model.microbatches_in_flight(dataclasses.replace(cfg, interleave=2)) == 4 + 3 / 2
+    assert cluster_model.microbatches_in_flight(dataclasses.replace(cfg, microbatches=2)) == 2
 
 
 def test_step_time_by_hand():
     cfg = dict(SEVEN_B, tp=8, pp=2, dp=4, microbatches=16, zero_stage=0)
-    step, comm = _scale.step_time(cfg), _scale.comm_volume(cfg)
+    step, comm = cluster_model.step_time(cfg), cluster_model.comm_volume(cfg)
     tokens = 16 * 1 * 4096 * 4
     assert step["tokens"] == tokens and step["gpus"] == 64
     assert step["compute_s"] == pytest.approx(6 * P7 * tokens / (64 * 989e12 * 0.5))
@@ -104,15 +104,15 @@ def test_step_time_by_hand():
     grads = 2 * P7 / 16
     assert comm["dp_bytes"] == pytest.approx(2 * 3 / 4 * grads)
     assert step["dp_comm_s"] == pytest.approx(6 * 5e-6 + 2 * 3 / 4 * grads / 50e9)
-    overlapped = _scale.step_time(dict(cfg, overlap_dp=True))
+    overlapped = cluster_model.step_time(dict(cfg, overlap_dp=True))
     assert overlapped["dp_exposed_s"] == pytest.approx(max(0, step["dp_comm_s"] - 2 / 3 * step["compute_s"] / 16))
-    assert _scale.step_time(dict(cfg, recompute="full"))["flops"] == pytest.approx(8 * P7 * tokens)
+    assert cluster_model.step_time(dict(cfg, recompute="full"))["flops"] == pytest.approx(8 * P7 * tokens)
 
 
 def test_zero_communication_volumes():
     base = dict(SEVEN_B, dp=8, microbatches=4)
     grads = 2 * P7
-    vol = {z: _scale.comm_volume(dict(base, zero_stage=z))["dp_bytes"] for z in range(4)}
+    vol = {z: cluster_model.comm_volume(dict(base, zero_stage=z))["dp_bytes"] for z in range(4)}
     assert vol[0] == pytest.approx(2 * 7 / 8 * grads)
     assert vol[1] == pytest.approx(vol[0])  # reduce-scatter + all-gather = all-reduce
     assert vol[2] == pytest.approx((4 + 1) * 7 / 8 * grads)
@@ -120,17 +120,17 @@ def test_zero_communication_volumes():
 
 
 def test_chooser_picks_the_fastest_layout_that_fits():
-    assert _scale.choose_config("70B", 8, 1024) is None  # 70B does not fit on one node
+    assert cluster_model.choose_config("70B", 8, 1024) is None  # 70B does not fit on one node
     for model, gpus in (("7B", 8), ("7B", 64), ("70B", 16), ("70B", 64)):
-        layouts = _scale.candidate_layouts(model, gpus, 1024)
+        layouts = cluster_model.candidate_layouts(model, gpus, 1024)
         assert {(c.tp, c.pp) for c in layouts} >= {(1, 1), (8, 1)}
         assert all(c.tp * c.pp * c.dp == gpus and c.dp * c.microbatches == 1024 for c in layouts)
-        fitting = [c for c in layouts if _scale.memory_per_gpu(c)["fits"]]
-        chosen = _scale.choose_config(model, gpus, 1024)
+        fitting = [c for c in layouts if cluster_model.memory_per_gpu(c)["fits"]]
+        chosen = cluster_model.choose_config(model, gpus, 1024)
         assert chosen in fitting
-        assert _scale.step_time(chosen)["total_s"] == min(_scale.step_time(c)["total_s"] for c in fitting)
-    assert max(c.tp for c in _scale.candidate_layouts("7B", 64, 1024)) == 8  # TP stays inside a node by default
-    assert max(c.tp for c in _scale.candidate_layouts("7B", 64, 1024, max_tp=16)) == 16
+        assert cluster_model.step_time(chosen)["total_s"] == min(cluster_model.step_time(c)["total_s"] for c in fitting)
+    assert max(c.tp for c in cluster_model.candidate_layouts("7B", 64, 1024)) == 8  # TP stays inside a node by default
+    assert max(c.tp for c in cluster_model.candidate_layouts("7B", 64, 1024, max_tp=16)) == 16
 
 
 @pytest.mark.parametrize("change, message", [
@@ -142,14 +142,14 @@ def test_chooser_picks_the_fastest_layout_that_fits():
     (dict(compute_efficiency=1.5), "compute_efficiency must be in (0, 1]"),
 ])
 def test_invalid_configurations_are_refused(change, message):
-    assert _scale.problem(dict(SEVEN_B, **change)).startswith(message)
+    assert cluster_model.problem(dict(SEVEN_B, **change)).startswith(message)
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        _scale.step_time(dict(SEVEN_B, **change))
+        cluster_model.step_time(dict(SEVEN_B, **change))
 
 
 def test_assumptions_text_names_every_assumption():
-    text = _scale.assumptions_text()
-    for name in _scale.ASSUMPTIONS:
+    text = cluster_model.assumptions_text()
+    for name in cluster_model.ASSUMPTIONS:
         assert f"- {name} = " in text
     assert "ASSUMPTION" in text and "GQA" in text and "900 GB/s" in text
 
@@ -164,7 +164,7 @@ def configurations() -> list[dict]:
             ("1f1b", "gpipe")):
         if (zero + tp + pp) % 3:  # keep about a third: still every value of every axis
             continue
-        grid.append(dict(_scale.MODELS[model], tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute,
+        grid.append(dict(cluster_model.MODELS[model], tp=tp, pp=pp, dp=dp, zero_stage=zero, recompute=recompute,
                          schedule=schedule, microbatches=16))
     grid += [
         dict(SEVEN_B, pp=4, interleave=2, microbatches=8),  # interleaved
@@ -184,7 +184,7 @@ def configurations() -> list[dict]:
         dict(SEVEN_B, microbatches=1, pp=2, schedule="gpipe"),
         dict(SEVEN_B, intra_bandwidth_gbs=0.711, inter_bandwidth_gbs=0.711, intra_alpha_us=384.0,
              inter_alpha_us=384.0, tp=8, dp=4),  # a gloo-like network
-        dict(_scale.MODELS["70B"], tp=8, pp=8, dp=16, interleave=5, microbatches=64, zero_stage=1),
+        dict(cluster_model.MODELS["70B"], tp=8, pp=8, dp=16, interleave=5, microbatches=64, zero_stage=1),
         # invalid: each must give the same one-line message in both languages
         dict(SEVEN_B, tp=3),
         dict(SEVEN_B, pp=3),
@@ -207,8 +207,8 @@ def configurations() -> list[dict]:
 
 def python_results(cfg: dict) -> dict:
     try:
-        return {"memory": _scale.memory_per_gpu(cfg), "comm": _scale.comm_volume(cfg), "bubble": _scale.bubble(cfg),
-                "step": _scale.step_time(cfg)}
+        return {"memory": cluster_model.memory_per_gpu(cfg), "comm": cluster_model.comm_volume(cfg), "bubble": cluster_model.bubble(cfg),
+                "step": cluster_model.step_time(cfg)}
     except ValueError as e:
         return {"error": str(e)}
 
@@ -260,10 +260,10 @@ def test_js_matches_python_on_a_grid(page):
 
 
 def test_js_defaults_are_python_defaults(page):
-    assert page.evaluate("() => window.ParallelCalc.DEFAULTS") == dataclasses.asdict(_scale.Config())
-    assert page.evaluate("() => window.ParallelCalc.MODELS") == _scale.MODELS
+    assert page.evaluate("() => window.ParallelCalc.DEFAULTS") == dataclasses.asdict(cluster_model.Config())
+    assert page.evaluate("() => window.ParallelCalc.MODELS") == cluster_model.MODELS
     links = page.evaluate("() => window.ParallelCalc.LINKS")
-    for key, link in _scale.LINKS.items():
+    for key, link in cluster_model.LINKS.items():
         assert (links[key]["bandwidth_gbs"], links[key]["alpha_us"]) == (link.bandwidth_gbs, link.alpha_us)
 
 
@@ -272,12 +272,12 @@ def test_the_form_shows_the_model_and_refuses_bad_input(page):
     for element_id, value in (("pc-gpus", 64), ("pc-tp", 8), ("pc-pp", 4), ("pc-microbatches", 16),
                               ("pc-zero-stage", 1), ("pc-recompute", "selective")):
         set_field(page, element_id, value)
-    cfg = dict(_scale.MODELS["70B"], tp=8, pp=4, dp=2, microbatches=16, zero_stage=1, recompute="selective")
-    mem, step = _scale.memory_per_gpu(cfg), _scale.step_time(cfg)
+    cfg = dict(cluster_model.MODELS["70B"], tp=8, pp=4, dp=2, microbatches=16, zero_stage=1, recompute="selective")
+    mem, step = cluster_model.memory_per_gpu(cfg), cluster_model.step_time(cfg)
     assert page.locator("#pc-dp").inner_text() == "2"
     assert page.locator("#pc-memory-total").inner_text() == f"{mem['total_bytes'] / 1e9:.2f} GB of 80.00 GB"
     assert page.locator("#pc-step-total").inner_text() == f"{step['total_s']:.2f} s"
-    assert page.locator("#pc-bubble").inner_text().startswith(f"{100 * _scale.bubble(cfg)['fraction']:.1f}%")
+    assert page.locator("#pc-bubble").inner_text().startswith(f"{100 * cluster_model.bubble(cfg)['fraction']:.1f}%")
     assert page.locator("#pc-error").is_hidden()
 
     set_field(page, "pc-gpus", 60)  # not divisible by TP x PP = 32
@@ -336,13 +336,13 @@ def test_demo_memory_and_projection(tiny_record):
 
 
 def test_a_collective_spanning_nodes_uses_the_nics_of_its_members_in_a_node():
-    c = _scale.Config(**_scale.MODELS["70B"], tp=16, pp=1, dp=4, microbatches=256)  # TP group = 2 whole nodes
-    comm = _scale.comm_volume(c)
+    c = cluster_model.Config(**cluster_model.MODELS["70B"], tp=16, pp=1, dp=4, microbatches=256)  # TP group = 2 whole nodes
+    comm = cluster_model.comm_volume(c)
     assert comm["tp_link"] == "inter"
-    per_all_reduce = _scale.collective_time("all_reduce", 2.0 * c.seq_len * c.hidden, 16, 5e-6, 1 / 400e9)
-    assert _scale.step_time(c)["tp_comm_s"] == pytest.approx(80 * 256 * 4 * per_all_reduce)
+    per_all_reduce = cluster_model.collective_time("all_reduce", 2.0 * c.seq_len * c.hidden, 16, 5e-6, 1 / 400e9)
+    assert cluster_model.step_time(c)["tp_comm_s"] == pytest.approx(80 * 256 * 4 * per_all_reduce)
     # a DP group with one member per node drives one NIC: 50 GB/s
-    d = _scale.Config(**_scale.MODELS["7B"], tp=8, pp=1, dp=4, microbatches=4)
-    grads = 2.0 * _scale.params_count(d.layers, d.hidden, d.vocab) / 8
-    expected = sum(_scale.collective_time(k, grads, 4, 5e-6, 1 / 50e9) for k in ("reduce_scatter", "all_gather"))
-    assert _scale.step_time(d)["dp_exposed_s"] == pytest.approx(expected)
+    d = cluster_model.Config(**cluster_model.MODELS["7B"], tp=8, pp=1, dp=4, microbatches=4)
+    grads = 2.0 * cluster_model.params_count(d.layers, d.hidden, d.vocab) / 8
+    expected = sum(cluster_model.collective_time(k, grads, 4, 5e-6, 1 / 50e9) for k in ("reduce_scatter", "all_gather"))
+    assert cluster_model.step_time(d)["dp_exposed_s"] == pytest.approx(expected)

@@ -21,8 +21,8 @@
 # %%
 import torch
 
+from demos.common.block import make_block, reference_forward
 from demos.harness.run import start
-from demos.t2_pipeline._block import make_block, reference_forward
 
 run = start(
     "dynamic_shapes",

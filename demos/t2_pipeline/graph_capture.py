@@ -10,7 +10,7 @@
 # loops, fuses them and writes C++ (CPU) or Triton (GPU) kernels, calling vendor libraries for
 # matmuls and attention.
 #
-# This demo takes one small pre-norm transformer block (`demos/t2_pipeline/_block.py`) through
+# This demo takes one small pre-norm transformer block (`demos/common/block.py`) through
 # each stage and keeps the real artifacts: the graph-break report, the exported graph, the forward
 # and backward graphs, and the generated code. Every stage's output is checked against a float64
 # reference before anything is timed.
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from demos.common.block import SIZES, make_block, reference_forward
 from demos.harness.run import start
-from demos.t2_pipeline._block import SIZES, make_block, reference_forward
 
 run = start("graph_capture", title="A transformer block through Dynamo, torch.export, AOTAutograd and Inductor",
             sizes=SIZES, cpu_threads=1)

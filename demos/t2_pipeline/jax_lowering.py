@@ -8,7 +8,7 @@
 # kernels for the target. Before optimization every elementwise op is its own instruction; after
 # it, the entry computation is mostly *fusions*, each of which becomes one kernel.
 #
-# The block here is the PyTorch block of `demos/t2_pipeline/_block.py`, rewritten as a pure
+# The block here is the PyTorch block of `demos/common/block.py`, rewritten as a pure
 # function of its parameters, with the PyTorch weights copied in so both can be checked against
 # the same float64 reference.
 
@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from demos.common.block import SIZES, make_block, reference_forward
 from demos.harness.run import start
-from demos.t2_pipeline._block import SIZES, make_block, reference_forward
 
 run = start("jax_lowering", title="The block through JAX: jaxpr, StableHLO, XLA's optimized HLO", sizes=SIZES)
 batch, seq, width, heads = run.sizes

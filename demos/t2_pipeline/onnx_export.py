@@ -22,8 +22,8 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from demos.common.block import SIZES, make_block, reference_forward
 from demos.harness.run import start
-from demos.t2_pipeline._block import SIZES, make_block, reference_forward
 
 run = start("onnx_export", title="The block exported to ONNX and run in ONNX Runtime", sizes=SIZES, cpu_threads=1)
 _, seq, width, heads = run.sizes

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from demos.common.block import make_block, reference_forward
 from demos.harness.run import start
-from demos.t2_pipeline._block import make_block, reference_forward
 
 run = start(
     "memory_planning",

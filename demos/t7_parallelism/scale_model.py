@@ -17,7 +17,7 @@
 #    1024 H100s with NVLink and InfiniBand figures from the datasheets, then again with the network
 #    this machine's gloo just measured.
 #
-# The formulas live in `demos/t7_parallelism/_scale.py` (pure Python); the same formulas run in the
+# The formulas live in `demos/common/cluster_model.py` (pure Python); the same formulas run in the
 # calculator on the topic page, and a test checks that both give the same numbers.
 #
 # Sources: Hockney's alpha-beta model; the ring and pairwise algorithms in Thakur, Rabenseifner &
@@ -34,10 +34,11 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from demos.common import cluster_model
 from demos.harness.device import Device, time_with_host_clock
 from demos.harness.run import start
 from demos.harness.timing import summarize
-from demos.t7_parallelism import _dist, _scale
+from demos.t7_parallelism import _dist
 
 KiB, MiB = 2**10, 2**20
 
@@ -87,7 +88,7 @@ run.log(f"collectives over {backend} on {rank_device.type}, world sizes {world_s
 #
 # Every size below is the **full buffer** n: the all-reduce's tensor, the all-gather's output (each
 # rank contributes n/p), the reduce-scatter's input (each rank keeps n/p), and each rank's
-# all-to-all input (it sends an n/p chunk to every rank). The ring formulas of `_scale.py`:
+# all-to-all input (it sends an n/p chunk to every rank). The ring formulas of `cluster_model.py`:
 #
 # | collective | alpha coefficient | beta coefficient (bytes each rank sends) |
 # |---|---|---|
@@ -253,7 +254,7 @@ link_world = max([p for p in world_sizes if p <= cores] or [min(world_sizes)])
 fits = {}  # (kind, world size) -> (alpha, beta)
 fit_rows = []
 for kind in measured_kinds:
-    features = _scale.FEATURES[kind]
+    features = cluster_model.FEATURES[kind]
 
     def points(worlds, only=None):
         return [(*features(n, p), measured[p][(kind, n)].median_s) for p in worlds for n in sizes["bytes"]
@@ -261,9 +262,9 @@ for kind in measured_kinds:
 
     lines = {}
     for p in world_sizes:
-        alpha, beta = fits[(kind, p)] = _scale.fit_alpha_beta(points([p]))
-        err_all = _scale.max_relative_error(points([p]), alpha, beta)
-        err_large = _scale.max_relative_error(points([p], largest), alpha, beta)
+        alpha, beta = fits[(kind, p)] = cluster_model.fit_alpha_beta(points([p]))
+        err_all = cluster_model.max_relative_error(points([p]), alpha, beta)
+        err_large = cluster_model.max_relative_error(points([p], largest), alpha, beta)
         run.metric(f"{backend}.{kind}.p{p}.alpha_us", alpha * 1e6, "us",
                    label=f"{kind} on {p} ranks: fitted alpha (latency per step)")
         run.metric(f"{backend}.{kind}.p{p}.bandwidth_gbs", 1 / beta / 1e9, "GB/s",
@@ -280,12 +281,12 @@ for kind in measured_kinds:
                          round(err_large, 3)])
         xs = [n / MiB for n in sizes["bytes"]]
         lines[f"measured, {p} ranks"] = (xs, [measured[p][(kind, n)].median_s * 1e3 for n in sizes["bytes"]])
-        lines[f"model, {p} ranks"] = (xs, [_scale.collective_time(kind, n, p, alpha, beta) * 1e3
+        lines[f"model, {p} ranks"] = (xs, [cluster_model.collective_time(kind, n, p, alpha, beta) * 1e3
                                             for n in sizes["bytes"]])
     if len(world_sizes) > 1:
-        alpha, beta = _scale.fit_alpha_beta(points(world_sizes))
-        err_all = _scale.max_relative_error(points(world_sizes), alpha, beta)
-        err_large = _scale.max_relative_error(points(world_sizes, largest), alpha, beta)
+        alpha, beta = cluster_model.fit_alpha_beta(points(world_sizes))
+        err_all = cluster_model.max_relative_error(points(world_sizes), alpha, beta)
+        err_large = cluster_model.max_relative_error(points(world_sizes, largest), alpha, beta)
         run.metric(f"{backend}.{kind}.joint.max_rel_err_largest", err_large, "fraction",
                    label=f"{kind}: one (alpha, beta) for every world size, largest relative error at the two "
                          "largest sizes")
@@ -315,16 +316,16 @@ run.table("collective_times", f"Measured median time per collective ({backend}),
 
 # %%
 P7 = 12 * 32 * 4096**2 + 32000 * 4096  # 6,573,522,944 parameters
-dp_only = _scale.memory_per_gpu(dict(_scale.MODELS["7B"], dp=64))
+dp_only = cluster_model.memory_per_gpu(dict(cluster_model.MODELS["7B"], dp=64))
 run.check("model.memory_7B_dp_only", dp_only["params_total"] == P7 and dp_only["model_states_bytes"] == 16 * P7,
           f"7B, plain DP: {dp_only['model_states_bytes']:.6e} bytes of model states = 16 B x {P7:,} parameters")
-zero3 = _scale.memory_per_gpu(dict(_scale.MODELS["7B"], dp=64, zero_stage=3))
+zero3 = cluster_model.memory_per_gpu(dict(cluster_model.MODELS["7B"], dp=64, zero_stage=3))
 run.check("model.zero3_bytes_per_param", abs(zero3["model_states_bytes"] / P7 - 16 / 64) < 1e-12,
           f"7B, ZeRO-3 over 64 GPUs: {zero3['model_states_bytes'] / P7:.6f} B/param = 16/64")
-pipe = _scale.bubble(dict(_scale.MODELS["7B"], pp=4, microbatches=8))
+pipe = cluster_model.bubble(dict(cluster_model.MODELS["7B"], pp=4, microbatches=8))
 run.check("model.bubble_fraction", abs(pipe["fraction"] - 3 / 11) < 1e-12,
           f"pp=4, m=8: bubble {pipe['fraction']:.6f} of the step = (p-1)/(m+p-1) = 3/11")
-ar = _scale.bytes_sent_per_rank("all_reduce", 1e9, 8)
+ar = cluster_model.bytes_sent_per_rank("all_reduce", 1e9, 8)
 run.check("model.ring_all_reduce_volume", abs(ar - 1.75e9) < 1e-3,
           f"ring all-reduce of 1 GB on 8 ranks: each rank sends {ar / 1e9:.4f} GB = 2 x 7/8 GB")
 
@@ -340,14 +341,14 @@ STRATEGIES = [  # name, key in metric names, layout for N GPUs (None where N doe
 ]
 memory_rows = []
 for model in ("7B", "70B"):
-    run.metric(f"memory.{model}.params_b", _scale.params_count(**{k: _scale.MODELS[model][k] for k in
+    run.metric(f"memory.{model}.params_b", cluster_model.params_count(**{k: cluster_model.MODELS[model][k] for k in
                                                                  ("layers", "hidden", "vocab")}) / 1e9,
                "billion", label=f"{model}: parameters, 12 L h^2 + V h")
     for n_gpus in (8, 64, 512):
         for name, key, layout in STRATEGIES:
             if layout(n_gpus) is None:
                 continue
-            mem = _scale.memory_per_gpu(dict(_scale.MODELS[model], **SETTING, **layout(n_gpus)))
+            mem = cluster_model.memory_per_gpu(dict(cluster_model.MODELS[model], **SETTING, **layout(n_gpus)))
             gb = {k: mem[k] / 1e9 for k in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                                             "total_bytes")}
             memory_rows.append([model, n_gpus, name, *(round(v, 2) for v in gb.values()),
@@ -378,9 +379,9 @@ GPU_COUNTS = [8 * 2**i for i in range(8)]  # 8 .. 1024
 measured_link = fits[("all_reduce", link_world)]
 run.metric(f"proj_{backend}.link_ranks", link_world, "ranks",
            label=f"world size of the {backend} all-reduce fit used as this machine's network")
-run.artifact("assumptions", _scale.assumptions_text(_scale.choose_config("7B", 64, GLOBAL_BATCH))
+run.artifact("assumptions", cluster_model.assumptions_text(cluster_model.choose_config("7B", 64, GLOBAL_BATCH))
              + f"\n\nScaling sweep: global batch {GLOBAL_BATCH} sequences x 4096 tokens, ZeRO-1, selective "
-               "recomputation, layouts from _scale.choose_config."
+               "recomputation, layouts from cluster_model.choose_config."
              + f"\nThis machine's network: the {backend} all-reduce fit on {link_world} ranks, "
                f"alpha {measured_link[0] * 1e6:.1f} us, 1/beta {1 / measured_link[1] / 1e9:.3f} GB/s, "
                f"used for both links in the '{backend} network' projection.")
@@ -392,19 +393,19 @@ for model in ("7B", "70B"):
     rows, shares = [], {label: [] for label, _ in PARTS}
     counts, eff, base = [], [], None
     for n_gpus in GPU_COUNTS:
-        cfg = _scale.choose_config(model, n_gpus, GLOBAL_BATCH)
+        cfg = cluster_model.choose_config(model, n_gpus, GLOBAL_BATCH)
         if cfg is None:
             rows.append([n_gpus, "does not fit"] + [None] * 13)
             continue
-        step = _scale.step_time(cfg)
-        slow = _scale.step_time(_scale.with_link(cfg, *measured_link))
+        step = cluster_model.step_time(cfg)
+        slow = cluster_model.step_time(cluster_model.with_link(cfg, *measured_link))
         per_gpu = step["tokens_per_s"] / n_gpus
         base = base or (n_gpus, per_gpu)
         counts.append(n_gpus)
         eff.append(per_gpu / base[1])
         for label, key in PARTS:
             shares[label].append(step[key] / step["total_s"])
-        mem = _scale.memory_per_gpu(cfg)
+        mem = cluster_model.memory_per_gpu(cfg)
         rows.append([n_gpus, f"{cfg.tp}x{cfg.pp}x{cfg.dp}", cfg.microbatches, round(mem["total_bytes"] / 1e9, 1),
                      *(round(step[key], 3) for _, key in PARTS), round(step["total_s"], 3), round(per_gpu),
                      round(eff[-1], 3), round(step["mfu"], 3), round(slow["total_s"], 1),
@@ -461,8 +462,8 @@ run.series("scaling_efficiency", "Projected scaling efficiency (strong scaling, 
 # %%
 LAYOUT_GPUS = 64
 layout_rows = []
-for cfg in _scale.candidate_layouts("70B", LAYOUT_GPUS, GLOBAL_BATCH, max_tp=16):
-    mem, step = _scale.memory_per_gpu(cfg), _scale.step_time(cfg)
+for cfg in cluster_model.candidate_layouts("70B", LAYOUT_GPUS, GLOBAL_BATCH, max_tp=16):
+    mem, step = cluster_model.memory_per_gpu(cfg), cluster_model.step_time(cfg)
     layout_rows.append((step["total_s"] if mem["fits"] else float("inf"), cfg, mem, step))
 layout_rows.sort(key=lambda row: (row[0], row[1].tp * row[1].pp))
 run.table("layouts_70B_64gpu", f"70B on {LAYOUT_GPUS} H100s: every TP x PP x DP layout (4M-token batch, ZeRO-1, "
@@ -489,7 +490,7 @@ for name, (_, cfg, mem, step) in named_layouts.items():
     for degree in ("tp", "pp", "dp"):
         run.metric(f"{prefix}.{degree}", getattr(cfg, degree), "GPUs", label=f"70B, {shape}: {degree.upper()} degree")
     run.metric(f"{prefix}.memory_gb", mem["total_bytes"] / 1e9, "GB", label=f"70B, {shape}: memory per GPU")
-    comm = _scale.comm_volume(cfg)
+    comm = cluster_model.comm_volume(cfg)
     for kind in ("tp", "pp", "dp"):
         run.metric(f"{prefix}.{kind}_sent_gb", comm[f"{kind}_bytes"] / 1e9, "GB",
                    label=f"70B, {shape}: bytes one GPU sends per step for {kind.upper()}")
@@ -497,7 +498,7 @@ for name, (_, cfg, mem, step) in named_layouts.items():
         run.metric(f"{prefix}.{key.removesuffix('_s')}_share", step[key] / step["total_s"], "fraction",
                    label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: {label} share of the step")
 tp8_cfg, tp16_cfg = named_layouts["tp8_pp1"][1], named_layouts["tp16"][1]
-tp_sent_ratio = _scale.comm_volume(tp16_cfg)["tp_bytes"] / _scale.comm_volume(tp8_cfg)["tp_bytes"]
+tp_sent_ratio = cluster_model.comm_volume(tp16_cfg)["tp_bytes"] / cluster_model.comm_volume(tp8_cfg)["tp_bytes"]
 expected_ratio = ((tp16_cfg.microbatches / tp16_cfg.pp * 15 / 16)
                   / (tp8_cfg.microbatches / tp8_cfg.pp * 7 / 8))
 run.check("model.tp_traffic_per_gpu_grows_with_tp", abs(tp_sent_ratio - expected_ratio) < 1e-9,
