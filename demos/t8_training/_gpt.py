@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 
@@ -61,6 +62,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(c.width)
         self.layer_hook = None  # called as layer_hook(i) before layer i runs (the accounting tags tensors with it)
         self.checkpoint_every = 0  # 0: none; k: recompute every k-th layer in backward (torch.utils.checkpoint)
+        self.checkpoint_context = None  # a context_fn for checkpoint (selective activation checkpointing)
 
     def forward(self, tokens, targets):
         x = self.tok(tokens) + self.pos[: tokens.shape[1]]
@@ -68,7 +70,8 @@ class GPT(nn.Module):
             if self.layer_hook:
                 self.layer_hook(i)
             if self.checkpoint_every and i % self.checkpoint_every == 0:
-                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
+                extra = {"context_fn": self.checkpoint_context} if self.checkpoint_context else {}
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False, **extra)
             else:
                 x = layer(x)
         if self.layer_hook:
