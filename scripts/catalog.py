@@ -70,6 +70,21 @@ def device_label(device_class: str) -> str:
     return datasheets().get(device_class, {}).get("label", device_class)
 
 
+def datasheet_peak(device_class: str, metric: record.Metric) -> float | None:
+    """The published peak that bounds a rate metric on this device class, in the metric's normalised unit
+    (GB/s or TFLOP/s): memory bandwidth for bytes (device memory or a link), the dense tensor-core or
+    vector peak of the metric's dtype for FLOPs. None for a non-rate, a cache-resident rate, or a peak the
+    datasheet does not give (the check reports those)."""
+    sheet = datasheets().get(device_class)
+    rate = metric.rate
+    if sheet is None or rate is None:
+        return None
+    kind, _ = rate
+    if kind == "bytes":
+        return None if (metric.cache_resident or metric.kind == "cache") else sheet.get("memory_gbps")
+    return sheet.get("tflops", {}).get(metric.dtype) if metric.dtype else None
+
+
 def is_gpu_class(device_class: str) -> bool:
     return device_class != "cpu"
 
@@ -78,7 +93,7 @@ def record_files(results_dir: Path = RESULTS_DIR) -> list[Path]:
     return sorted(results_dir.glob("*/*.json"))
 
 
-def load_records(demo: str, results_dir: Path = RESULTS_DIR) -> dict[str, dict]:
+def load_records(demo: str, results_dir: Path = RESULTS_DIR) -> dict[str, record.Record]:
     """All records of one demo, keyed by device class: GPUs first (by label), CPU last.
 
     A malformed record raises record.RecordError naming its file and field."""

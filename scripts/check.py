@@ -22,10 +22,10 @@ from demos.harness import record
 from demos.harness.errors import OneLineParser
 from demos.harness.paths import REPO_ROOT, RESULTS_DIR
 from scripts import catalog
-from scripts.claims import judge, target_devices
+from scripts.claims import judge, known_device, target_devices
 from scripts.markers import MarkerError, find
-from scripts.render import fmt_number
-from scripts.site_pages import FRONT_MATTER, split_sections
+from scripts.render import fmt_number, fmt_pair
+from scripts.site_pages import FRONT_MATTER, FrontMatterError, front_matter, split_sections
 
 DOCS_DIR = REPO_ROOT / "docs"
 REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
@@ -54,23 +54,38 @@ def rel(path: Path) -> str:
 
 
 # -- records --------------------------------------------------------------------------------------
+DEVICE_CLASS = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")  # as in demos/harness/record.schema.json
+
+
 def check_records(report: Report, demos: dict[str, catalog.Demo], results_dir: Path) -> dict[str, dict]:
-    """Load every record; returns {demo: {device_class: record}} for the well-formed ones."""
+    """Load every record; returns {demo: {device_class: Record}} for the well-formed, publishable ones."""
     loaded: dict[str, dict] = {}
+    sheets = catalog.datasheets()
     for path in catalog.record_files(results_dir):
         demo, device_class = path.parent.name, path.stem
+        if not DEVICE_CLASS.match(device_class):
+            report.error(f"{rel(path)}: the file name is not a device class (lower-case letters, digits and '-')")
+            report.malformed = True
+            continue
         try:
             rec = record.load(path)
         except record.RecordError as e:
             report.error(str(e).replace(str(path), rel(path)))
             report.malformed = True
             continue
-        if rec["demo"] != demo or rec["device_class"] != device_class:
-            report.error(f"{rel(path)}: demo/device_class say {rec['demo']}/{rec['device_class']}, "
+        if rec.demo != demo or rec.device_class != device_class:
+            report.error(f"{rel(path)}: demo/device_class say {rec.demo}/{rec.device_class}, "
                          f"but the file sits at {demo}/{device_class}.json")
             continue
         if demo not in demos:
             report.error(f"{rel(path)}: no demo named {demo!r} exists under demos/ (remove the record or the typo)")
+            continue
+        if device_class not in sheets:
+            report.error(f"{rel(path)}: device class {device_class!r} is not declared in scripts/datasheets.toml; add "
+                         "it there with its published peaks and their source")
+            continue
+        if rec.is_fixture:
+            report.error(f"{rel(path)}: a test fixture (\"fixture\": true) cannot be published under docs/results")
             continue
         loaded.setdefault(demo, {})[device_class] = rec
     return loaded
@@ -80,43 +95,72 @@ def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dic
     for name, demo in demos.items():
         recs = records.get(name, {})
         if "cpu" not in recs:
-            report.error(f"{rel(demo.path)}: no CPU record; run `python -m scripts.regen {name} --device cpu`")
+            report.error(f"{rel(demo.path)}: no CPU record; run `make regen DEMO={name}`")
         for device_class, rec in recs.items():
             if catalog.freshness(demo, rec) == "fresh":
                 continue
             message = (f"docs/results/{name}/{device_class}.json is stale: {rel(demo.path)} or a module it imports "
-                       f"changed since it was measured ({rec['provenance']['utc']})")
+                       f"changed since it was measured ({rec.provenance.utc})")
             if device_class == "cpu":
-                report.error(message + f"; run `python -m scripts.regen {name} --device cpu`")
+                report.error(message + f"; run `make regen DEMO={name}`")
             else:
                 report.warn(message + "; the page shows it as such until it is re-measured on that GPU")
 
 
+# A ceiling is the better of two samples of a shared machine's best case, so a kernel's own sample can
+# beat it by noise; beyond this margin the ceiling is the wrong yardstick (a cache-resident kernel
+# against a memory ceiling, one thread against many) and the fraction means nothing.
+FRACTION_MARGIN = 1.10
+
+
+def vet_record(rec: record.Record, where: str) -> list[str]:
+    """Why a well-formed record cannot be published: a rate above its datasheet peak or its own ceiling, a
+    rate whose peak is unknown, a failed correctness check, no commit. One line each, naming the field."""
+    problems = []
+    sheet = catalog.datasheets().get(rec.device_class)
+    label = sheet["label"] if sheet else rec.device_class
+    for section, items in (("metrics", rec.metrics), ("ceilings", rec.ceilings)):
+        for name, m in items.items():
+            rate = m.rate
+            if rate is None:
+                continue
+            kind, value = rate
+            field = f"{section}.{name}"
+            if kind == "flops" and m.dtype is None:
+                ceiling = rec.ceilings.get(m.ceiling) if m.ceiling else None
+                m = record.Metric(**{**m.__dict__, "dtype": ceiling.dtype if ceiling else None})
+            peak = catalog.datasheet_peak(rec.device_class, m)
+            if peak is None and not (kind == "bytes" and (m.cache_resident or m.kind == "cache")):
+                what = f"{m.dtype} FLOP rate" if kind == "flops" else "memory bandwidth"
+                problems.append(f"{where}: {field}: the {label} datasheet gives no peak for its {what} "
+                                f"(declare the metric's dtype, or add the peak to scripts/datasheets.toml)")
+            elif peak is not None and value > peak:
+                problems.append(f"{where}: {field} = {fmt_number(value)} {'GB/s' if kind == 'bytes' else 'TFLOP/s'} "
+                                f"exceeds the {label} datasheet {'memory bandwidth' if kind == 'bytes' else m.dtype + ' peak'}"
+                                f" of {fmt_number(peak)}: a unit slip, a cache-resident measurement or a timing without "
+                                "synchronisation")
+            if m.fraction_of_ceiling is not None and m.fraction_of_ceiling > FRACTION_MARGIN and not m.cache_resident:
+                problems.append(f"{where}: {field} is {fmt_number(m.fraction_of_ceiling)}x its same-run ceiling "
+                                f"{m.ceiling}: the ceiling is the wrong yardstick (cache-resident? other thread count?); "
+                                "fix the ceiling, or mark the metric cache_resident")
+    for c in rec.checks:
+        if not c.passed:
+            problems.append(f"{where}: correctness check {c.name!r} failed; a record with a failed check is not "
+                            "published")
+    if not rec.provenance.commit:
+        problems.append(f"{where}: provenance.commit is null; measure from a git checkout, or pass the commit "
+                        "(MM_SOURCE_COMMIT) where the tree has no .git")
+    if not rec.checks:
+        problems.append(f"{where}: no correctness check; a demo checks each variant against a reference before it "
+                        "times it")
+    return problems
+
+
 def check_plausibility(report: Report, records: dict[str, dict]) -> None:
-    sheets = catalog.datasheets()
     for name, recs in records.items():
         for device_class, rec in recs.items():
-            sheet = sheets.get(device_class)
-            where = f"docs/results/{name}/{device_class}.json"
-            if sheet is None:
-                report.warn(f"{where}: no datasheet for device class {device_class!r}; add it to scripts/datasheets.toml")
-                continue
-            for section in ("metrics", "ceilings"):
-                for metric_name, m in rec[section].items():
-                    if m["unit"] == "GB/s":
-                        peak, what = sheet["memory_gbps"], "memory bandwidth"
-                    elif m["unit"] == "TFLOP/s":
-                        dtype = m.get("dtype")
-                        peak = sheet["tflops"].get(dtype) if dtype else max(sheet["tflops"].values())
-                        what = f"{dtype or 'best'} TFLOP/s"
-                        if peak is None:
-                            continue
-                    else:
-                        continue
-                    if m["value"] > peak:
-                        report.error(f"{where}: {section}.{metric_name} = {fmt_number(m['value'])} {m['unit']} exceeds "
-                                     f"the {sheet['label']} datasheet {what} of {fmt_number(peak)}: a unit slip, a "
-                                     f"cache-resident measurement or a timing without synchronisation")
+            for problem in vet_record(rec, f"docs/results/{name}/{device_class}.json"):
+                report.error(problem)
 
 
 # -- pages ----------------------------------------------------------------------------------------------
@@ -124,14 +168,13 @@ def check_plausibility(report: Report, records: dict[str, dict]) -> None:
 def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str, catalog.Demo]) -> None:
     """Front matter and the curriculum's sections, in order, with the collapsible parts collapsible."""
     where = rel(path)
-    m = FRONT_MATTER.match(text)
-    if not m:
+    if not FRONT_MATTER.match(text):
         report.error(f"{where}: no front matter; start the page with ---, title, difficulty, tags, demos, ---")
         return
     try:
-        meta = yaml.safe_load(m.group(1)) or {}
-    except yaml.YAMLError as e:
-        report.error(f"{where}: front matter is not valid YAML ({str(e).splitlines()[0]})")
+        meta, _ = front_matter(text, where)
+    except FrontMatterError as e:
+        report.error(str(e))
         return
     for key in ("title", "difficulty", "tags", "demos"):
         if key not in meta:
@@ -188,9 +231,13 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
             if marker.demo not in demos:
                 report.error(f"{marker.source}: no demo named {marker.demo!r}")
                 continue
+            if marker.device is not None and not known_device(marker.device):
+                report.error(f"{marker.source}: unknown device {marker.device!r}; use gpu or a class declared in "
+                             f"scripts/datasheets.toml ({', '.join(catalog.datasheets())})")
+                continue
             recs = records.get(marker.demo, {})
             if marker.kind == "artifact":
-                if marker.device in recs and marker.artifact not in recs[marker.device]["artifacts"]:
+                if marker.device in recs and marker.artifact not in recs[marker.device].artifacts:
                     report.error(f"{marker.source}: the {catalog.device_label(marker.device)} record of "
                                  f"{marker.demo} has no artifact {marker.artifact!r}")
                 continue
@@ -201,15 +248,16 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
             targets = [marker.device] if marker.kind == "metric" else target_devices(marker.device, recs)
             for ref in refs:
                 for device_class in targets:
-                    if device_class in recs and ref.name not in recs[device_class]["metrics"]:
+                    if device_class in recs and ref.name not in recs[device_class].metrics:
                         report.error(f"{marker.source}: the {catalog.device_label(device_class)} record of "
                                      f"{marker.demo} has no metric {ref.name!r}")
             if marker.kind == "claim":
                 claims += 1
                 for v in judge(marker, recs):
                     if v.status == "contradicted":
+                        lhs, rhs = fmt_pair(v.lhs, v.rhs)
                         report.error(f"{marker.source}: contradicted on {catalog.device_label(v.device_class)}: "
-                                     f"{fmt_number(v.lhs)} {marker.op} {fmt_number(v.rhs)} is false")
+                                     f"{lhs} {marker.op} {rhs} is false")
     return claims
 
 

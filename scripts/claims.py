@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
+from demos.harness.record import Record
 from scripts import catalog
 from scripts.markers import Marker, MetricRef
 
@@ -19,19 +20,24 @@ class MissingMetric(KeyError):
     pass
 
 
-def metric_value(rec: dict, ref: MetricRef) -> tuple[float, str]:
+def metric_value(rec: Record, ref: MetricRef) -> tuple[float, str]:
     """(value, unit) of a metric reference in one record; MissingMetric when absent."""
-    metric = rec["metrics"].get(ref.name)
+    metric = rec.metrics.get(ref.name)
     if metric is None:
-        raise MissingMetric(f"{rec['demo']}/{rec['device_class']} has no metric {ref.name!r}")
+        raise MissingMetric(f"{rec.demo}/{rec.device_class} has no metric {ref.name!r}")
     if ref.fraction:
-        if "fraction_of_ceiling" not in metric:
+        if metric.fraction_of_ceiling is None:
             raise MissingMetric(f"metric {ref.name!r} has no ceiling, so {ref.name}:fraction means nothing")
-        return ref.scale * metric["fraction_of_ceiling"], "fraction"
-    return ref.scale * metric["value"], metric["unit"]
+        return ref.scale * metric.fraction_of_ceiling, "fraction"
+    return ref.scale * metric.value, metric.unit
 
 
-def target_devices(device: str, records: dict[str, dict]) -> list[str]:
+def known_device(device: str) -> bool:
+    """A marker's @DEVICE: 'gpu' or a device class declared in scripts/datasheets.toml."""
+    return device == "gpu" or device in catalog.datasheets()
+
+
+def target_devices(device: str, records: dict[str, Record]) -> list[str]:
     """The device classes a claim is judged on: @gpu means every GPU with a record (or 'gpu' if none)."""
     if device == "gpu":
         return [c for c in records if catalog.is_gpu_class(c)] or ["gpu"]
@@ -47,7 +53,7 @@ class Verdict:
     note: str = ""
 
 
-def judge(claim: Marker, records: dict[str, dict]) -> list[Verdict]:
+def judge(claim: Marker, records: dict[str, Record]) -> list[Verdict]:
     verdicts = []
     for device_class in target_devices(claim.device, records):
         rec = records.get(device_class)

@@ -12,8 +12,9 @@ import posixpath
 import re
 
 from demos.harness import digest as digests
+from demos.harness.record import Record
 from scripts import catalog
-from scripts.claims import MissingMetric, judge, metric_value
+from scripts.claims import MissingMetric, judge, known_device, metric_value
 from scripts.markers import Marker, substitute
 
 PLOTS_DIR = "assets/plots"
@@ -34,16 +35,33 @@ def attr(value) -> str:
     return html.escape(" ".join(str(value).split()), quote=True)
 
 
-def fmt_number(v: float) -> str:
-    """A measured value for prose: three significant digits, thousands separated."""
+def fmt_number(v: float, digits: int = 3) -> str:
+    """A measured value for prose: ``digits`` significant digits, thousands separated."""
     if isinstance(v, int):
         return f"{v:,}"
     a = abs(v)
-    if a >= 100:
+    if a >= 10 ** digits:
         return f"{v:,.0f}"
-    if a >= 0.01:
-        return f"{v:#.3g}"
-    return f"{v:.2e}"
+    if a >= 0.01 or a == 0:
+        return f"{v:#.{digits}g}".rstrip(".")
+    return f"{v:.{digits - 1}e}"
+
+
+def fmt_pair(a: float, b: float) -> tuple[str, str]:
+    """Two values side by side, with enough digits that different values never print the same."""
+    for digits in range(3, 8):
+        fa, fb = fmt_number(a, digits), fmt_number(b, digits)
+        if fa != fb or a == b:
+            return fa, fb
+    return fa, fb
+
+
+def fmt_percent(fraction: float) -> str:
+    """A fraction as a percentage that keeps a difference from 100% visible: 0.996 -> 99.6%, not 100%."""
+    pct = 100 * fraction
+    if pct == 0 or abs(pct) >= 1000:
+        return f"{pct:,.0f}%"
+    return f"{pct:.3g}%"
 
 
 CONTINUOUS_UNITS = {"fraction", "x", "ns", "us", "ms", "s", "B", "KB", "MB", "GB", "KiB", "MiB", "GiB", "%"}
@@ -53,7 +71,7 @@ def fmt_value(value: float, unit: str) -> str:
     if float(value).is_integer() and "/" not in unit and unit not in CONTINUOUS_UNITS:
         return f"{int(value):,} {esc(unit)}"  # counts: "2 compiles", "1 kernels"
     if unit == "fraction":
-        return f"{100 * value:.0f}%"
+        return fmt_percent(value)
     if unit == "x":
         return f"{value:.2f}x"
     return f"{fmt_number(value)} {esc(unit)}"
@@ -73,39 +91,33 @@ def badge(state: str) -> str:
     return f'<span class="mm-badge {css}" title="{title}">{text}</span>'
 
 
-def record_state(rec: dict, current_digest: str | None) -> str:
-    return digests.freshness(rec["source_digest"], current_digest)
+def record_state(rec: Record, current_digest: str | None) -> str:
+    return digests.freshness(rec.digest, current_digest)
 
 
-def provenance_line(rec: dict) -> str:
-    p = rec["provenance"]
-    versions = ", ".join(f"{esc(k)} {esc(v)}" for k, v in p.get("packages", {}).items()
+def provenance_line(rec: Record) -> str:
+    p = rec.provenance
+    versions = ", ".join(f"{esc(k)} {esc(v)}" for k, v in p.packages.items()
                          if v and k in ("torch", "triton", "jax", "onnxruntime"))
-    parts = [f"**{esc(p['device_name'])}**"]
-    if p.get("cuda"):
-        parts.append(f"CUDA {esc(p['cuda'])}" + (f", driver {esc(p['driver'])}" if p.get("driver") else ""))
-    if p.get("device_kind") == "cpu" and p.get("cpu_count"):
-        parts.append(f"{esc(p['cpu_count'])} cores, {esc(p.get('torch_threads', '?'))} threads")
-    parts += [versions, f"Python {esc(p['python'])}", esc(p["utc"][:10])]
-    commit = p.get("commit")
-    if commit:
-        parts.append(f"commit {esc(commit[:10])}" + (" (uncommitted changes)" if p.get("dirty") else ""))
-    parts.append(f"size preset {esc(rec['size'])}, run took {rec['wall_time_s']:.0f} s")
+    parts = [f"**{esc(p.device_name)}**"]
+    if p.cuda:
+        parts.append(f"CUDA {esc(p.cuda)}" + (f", driver {esc(p.driver)}" if p.driver else ""))
+    if p.device_kind == "cpu" and p.cpu_count:
+        parts.append(f"{esc(p.cpu_count)} cores, {esc(p.torch_threads or '?')} threads")
+    parts += [versions, f"Python {esc(p.python)}", esc(p.utc[:10])]
+    if p.commit:
+        parts.append(f"commit {esc(p.commit[:10])}" + (" (uncommitted changes)" if p.dirty else ""))
+    parts.append(f"size preset {esc(rec.size)}, run took {rec.wall_time_s:.0f} s")
     return "Measured on " + " · ".join(x for x in parts if x)
 
 
-def ceilings_line(rec: dict) -> str:
-    sheet = catalog.datasheets().get(rec["device_class"], {})
-    peaks = {"copy_bandwidth": sheet.get("memory_gbps")}
-    for name, c in rec["ceilings"].items():
-        if name.startswith("matmul_") and c.get("dtype"):
-            peaks[name] = sheet.get("tflops", {}).get(c["dtype"])
+def ceilings_line(rec: Record) -> str:
     items = []
-    for name, c in rec["ceilings"].items():
-        text = f"{esc(name.replace('_', ' '))} {fmt_value(c['value'], c['unit'])}"
-        peak = peaks.get(name)
-        if peak and sheet.get("kind") == "cuda":
-            text += f" ({100 * c['value'] / peak:.0f}% of the {fmt_number(peak)} datasheet peak)"
+    for name, c in rec.ceilings.items():
+        text = f"{esc(name.replace('_', ' '))} {fmt_value(c.value, c.unit)}"
+        peak = catalog.datasheet_peak(rec.device_class, c)
+        if peak and catalog.is_gpu_class(rec.device_class):
+            text += f" ({fmt_percent(c.value / peak)} of the {fmt_number(peak)} datasheet peak)"
         items.append(text)
     return "Ceilings measured in the same run: " + " · ".join(items)
 
@@ -141,39 +153,45 @@ def plot_path(demo: str, device_class: str, series_name: str) -> str:
 CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page shows the first ones
 
 
-def device_tab(rec: dict, state: str, page_dir: str) -> str:
+def device_tab(rec: Record, state: str, page_dir: str) -> str:
     parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
-    for table in rec["tables"]:
+    for table in rec.tables:
         parts.append(table_md(table))
-    for series in rec["series"]:
-        url = posixpath.relpath(plot_path(rec["demo"], rec["device_class"], series["name"]), page_dir or ".")
+    for series in rec.series:
+        url = posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"]), page_dir or ".")
         parts.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
-    checks = rec["checks"]
-    failed = [c for c in checks if not c["passed"]]
+    checks = rec.checks
+    failed = [c for c in checks if not c.passed]
     title = f"{len(checks) - len(failed)} of {len(checks)} correctness checks passed"
-    shown = failed + [c for c in checks if c["passed"]][:max(0, CHECKS_SHOWN - len(failed))]
-    lines = "\n".join(f"- {esc(c['name'])}: {esc(c['detail'])}" for c in shown)
+    shown = failed + [c for c in checks if c.passed][:max(0, CHECKS_SHOWN - len(failed))]
+    lines = "\n".join(f"- {esc(c.name)}{' (a wrong variant, caught)' if c.expected_failure else ''}: {esc(c.detail)}"
+                      for c in shown)
     if len(shown) < len(checks):
-        record_url = posixpath.relpath(f"results/{rec['demo']}/{rec['device_class']}.json", page_dir or ".")
+        record_url = posixpath.relpath(f"results/{rec.demo}/{rec.device_class}.json", page_dir or ".")
         lines += (f"\n- ... and {len(checks) - len(shown)} more passed checks, all listed in the record: "
-                  f"[{esc(rec['device_class'])}.json]({record_url})")
+                  f"[{esc(rec.device_class)}.json]({record_url})")
     parts.append(f'??? {"success" if not failed else "failure"} "{title}"\n{_indent(lines)}')
-    if rec["not_run"]:
-        lines = "\n".join(f"- **{esc(n['variant'])}**: {esc(n['reason'])}" for n in rec["not_run"])
+    if rec.not_run:
+        lines = "\n".join(f"- **{esc(variant)}**: {esc(reason)}" for variant, reason in rec.not_run)
         parts.append(f'!!! info "Not run on this device"\n{_indent(lines)}')
     return "\n\n".join(parts)
 
 
-def results_block(demo: str, records: dict[str, dict], current_digest: str | None, page_dir: str) -> str:
-    tabs = []
+def tab_label(device_class: str) -> str:
+    """A content-tab label: the class's datasheet label, made inert (it sits inside a quoted Markdown title)."""
+    return esc(catalog.device_label(device_class)).replace('"', "&quot;")
+
+
+def results_block(demo: str, records: dict[str, Record], current_digest: str | None, page_dir: str) -> str:
+    """Tabs with data first (GPUs, then the CPU), so the tab a reader sees first always has numbers;
+    while no GPU record exists, a last tab says how to make one."""
+    if not records:
+        return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
+    tabs = [(tab_label(c), device_tab(rec, record_state(rec, current_digest), page_dir)) for c, rec in records.items()]
     if not any(catalog.is_gpu_class(c) for c in records):
         tabs.append(("GPU", f"{badge('missing-gpu')}\n\nNo GPU record yet. On a machine with an NVIDIA GPU, run "
                             f"`python -m scripts.regen {demo} --device cuda` and commit "
                             f"`docs/results/{demo}/<gpu>.json` (see the contributing guide)."))
-    for device_class, rec in records.items():
-        tabs.append((catalog.device_label(device_class), device_tab(rec, record_state(rec, current_digest), page_dir)))
-    if not records:
-        return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
     return "\n\n".join(f'=== "{label}"\n\n{_indent(body)}' for label, body in tabs)
 
 
@@ -213,11 +231,15 @@ def demo_page_header(demo: catalog.Demo, page_src_uri: str) -> str:
 
 
 # -- inline metrics and claims --------------------------------------------------------------------
-def metric_text(marker: Marker, records: dict[str, dict]) -> str:
+PENDING = "mm-pending"  # a metric of a device without a record: one notice per section says so
+
+
+def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     label = catalog.device_label(marker.device)
     rec = records.get(marker.device)
     if rec is None:
-        return f'<span class="mm-value mm-missing">not yet measured on {esc(label)}</span>'
+        return (f'<span class="mm-value mm-missing {PENDING}" data-device="{attr(label)}" '
+                f'data-metric="{attr(marker.metric.name)}">–</span>')
     try:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
@@ -226,20 +248,24 @@ def metric_text(marker: Marker, records: dict[str, dict]) -> str:
     return f'<span class="mm-value" data-metric="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
 
 
-def artifact_block(marker: Marker, records: dict[str, dict]) -> str:
+SNIPPET = re.compile(r"-{1,}8<-{1,}")  # pymdownx.snippets' include marker: an artifact must stay inert text
+
+
+def artifact_block(marker: Marker, records: dict[str, Record]) -> str:
     """A record's text artifact as a collapsible code block; the fence outgrows any backtick run
     in the text, so the artifact cannot close it and escape into the page."""
     label = catalog.device_label(marker.device)
     rec = records.get(marker.device)
-    text = None if rec is None else rec["artifacts"].get(marker.artifact)
+    text = None if rec is None else rec.artifacts.get(marker.artifact)
     if text is None:
         return f'\n\n!!! note "{esc(marker.artifact)}"\n    Not yet measured on {esc(label)}.\n\n'
+    text = SNIPPET.sub(lambda m: m.group(0).replace("<", "\u2039"), text)  # shown as --8‹--, never included
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
     body = _indent(f"{fence}text\n{text.rstrip()}\n{fence}")
     return f'\n\n??? example "{esc(marker.artifact)} ({esc(label)}, from the record)"\n\n{body}\n\n'
 
 
-def claim_text(marker: Marker, records: dict[str, dict]) -> str:
+def claim_text(marker: Marker, records: dict[str, Record]) -> str:
     verdicts = judge(marker, records)
     chips = []
     for v in verdicts:
@@ -248,9 +274,10 @@ def claim_text(marker: Marker, records: dict[str, dict]) -> str:
             chips.append(f'<span class="mm-claim mm-unmeasured" title="{attr(v.note)}">? not yet measured on {esc(label)}</span>')
         else:
             mark, css = ("✓ holds", "mm-holds") if v.status == "holds" else ("✗ contradicted", "mm-contradicted")
+            lhs, rhs = fmt_pair(v.lhs, v.rhs)
             chips.append(f'<span class="mm-claim {css}" title="{attr(marker.expression)}: '
-                         f'{fmt_number(v.lhs)} {html.escape(marker.op)} {fmt_number(v.rhs)}">{mark} on {esc(label)} '
-                         f'({fmt_number(v.lhs)} {html.escape(marker.op)} {fmt_number(v.rhs)})</span>')
+                         f'{lhs} {html.escape(marker.op)} {rhs}">{mark} on {esc(label)} '
+                         f'({lhs} {html.escape(marker.op)} {rhs})</span>')
     return f'<span class="mm-claim-expr">{esc(marker.expression)}</span> ' + " ".join(chips)
 
 
@@ -270,6 +297,9 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
     def render(marker: Marker) -> str:
         if marker.demo not in demos and (digests is None or marker.demo not in digests):
             raise ValueError(f"{marker.source}: no demo named {marker.demo!r} (known: {', '.join(sorted(demos))})")
+        if marker.device is not None and not known_device(marker.device):
+            raise ValueError(f"{marker.source}: unknown device {marker.device!r}; use gpu or a class of "
+                             f"scripts/datasheets.toml ({', '.join(catalog.datasheets())})")
         records = records_of(marker.demo)
         if marker.kind == "results":
             digest = digests[marker.demo] if digests is not None else demos[marker.demo].digest()
@@ -281,17 +311,32 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
             return artifact_block(marker, records)
         return claim_text(marker, records)
 
-    return substitute(markdown, render, page_src_uri)
+    return pending_notices(substitute(markdown, render, page_src_uri))
 
 
-def plot_files(records_by_demo: dict[str, dict[str, dict]]) -> list[tuple[str, str]]:
+def pending_notices(markdown: str) -> str:
+    """A metric of a device that has no record yet renders as a dash; each section (## or ###) that
+    has any gets one line under its heading naming the devices, instead of a notice per number."""
+    parts = re.split(r"(^#{2,3} .*$)", markdown, flags=re.M)
+    out = []
+    for part in parts:
+        devices = sorted(set(re.findall(rf'class="mm-value mm-missing {PENDING}" data-device="([^"]*)"', part)))
+        if devices and out and re.match(r"^#{2,3} ", out[-1]):
+            note = (f'\n\n<p class="mm-pending-note">– : not yet measured on {", ".join(devices)} '
+                    f'(no record from that device yet).</p>\n')
+            part = note + part
+        out.append(part)
+    return "".join(out)
+
+
+def plot_files(records_by_demo: dict[str, dict[str, Record]]) -> list[tuple[str, str]]:
     """(site path, SVG text) for every series of every record of the given demos."""
     from scripts.plots import cached_svgs
 
     paths, jobs = [], []
     for demo, records in records_by_demo.items():
         for c, rec in records.items():
-            for s in rec["series"]:
+            for s in rec.series:
                 paths.append(plot_path(demo, c, s["name"]))
                 jobs.append((s, catalog.device_label(c)))
     return list(zip(paths, cached_svgs(jobs)))

@@ -44,6 +44,30 @@ class TopicPage:
     follow_ups: list[tuple[str, str]] = field(default_factory=list)  # (question, answer Markdown)
 
 
+class FrontMatterError(ValueError):
+    """Front matter that is missing or not valid YAML; the message names the file, the line and the fix."""
+
+
+def front_matter(text: str, where: str = "page") -> tuple[dict, str]:
+    """The one front-matter parser: (metadata, the rest of the page). A page without front matter gives
+    ({}, text); invalid YAML raises FrontMatterError naming the page's line and what to do."""
+    m = FRONT_MATTER.match(text)
+    if not m:
+        return {}, text
+    try:
+        meta = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        place = f"{where}:{mark.line + 2}" if mark is not None else where  # +1: 0-based, +1: the opening ---
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise FrontMatterError(f"{place}: front matter is not valid YAML "
+                               f"({problem}); quote a value that holds ':' or '#' or starts with a quote, "
+                               f'e.g. title: "A: B"') from None
+    if not isinstance(meta, dict):
+        raise FrontMatterError(f"{where}: front matter must be 'key: value' lines, got {type(meta).__name__}")
+    return meta, text[m.end():]
+
+
 def _dedent(lines: list[str]) -> str:
     return "\n".join(line[4:] if line.startswith("    ") else line.strip() for line in lines).strip()
 
@@ -55,10 +79,8 @@ def split_sections(text: str) -> tuple[list[str], dict[str, str]]:
 
 
 def parse_topic(path: Path) -> TopicPage:
-    text = path.read_text(encoding="utf-8")
-    m = FRONT_MATTER.match(text)
-    meta = (yaml.safe_load(m.group(1)) if m else None) or {}
-    _, sections = split_sections(text[m.end():] if m else text)
+    meta, body = front_matter(path.read_text(encoding="utf-8"), f"docs/topics/{path.name}")
+    _, sections = split_sections(body)
     page = TopicPage(
         src_uri=f"topics/{path.name}", title=str(meta.get("title", path.stem)), topic=str(meta.get("topic", "")),
         difficulty=str(meta.get("difficulty", "")), tags=list(meta.get("tags") or []),

@@ -20,8 +20,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
-def make_record(**overrides) -> dict:
-    """A small, valid record (as a demo would write it) for schema, render and check tests."""
+def make_record(**overrides) -> "Record":
+    """The one record factory for tests: a small, valid record (as a demo would write it), as the typed
+    Record the scripts read (a dict, so a test can still break any field). ``device_class`` also sets
+    the provenance's class, so the record stays valid."""
+    from demos.harness.record import Record
+
     rec = {
         "schema": 1,
         "demo": "kernel_fusion",
@@ -47,12 +51,15 @@ def make_record(**overrides) -> dict:
         "ceilings": {"copy_bandwidth": {"value": 20.0, "unit": "GB/s", "how": "copy"}},
         "settings": {},
         "provenance": {"device_name": "Test CPU", "device_class": "cpu", "device_kind": "cpu", "utc": "2026-11-21T00:00:00Z",
-                       "python": "3.11.7", "packages": {"torch": "2.13.0"}, "commit": "abc", "dirty": False},
+                       "python": "3.11.7", "packages": {"torch": "2.13.0"}, "commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False},
         "wall_time_s": 1.0,
     }
     rec = copy.deepcopy(rec)
     rec.update(overrides)
-    return rec
+    if "device_class" in overrides:
+        rec["provenance"]["device_class"] = overrides["device_class"]
+        rec["provenance"]["device_kind"] = "cpu" if overrides["device_class"] == "cpu" else "cuda"
+    return Record(rec)
 
 
 def write_record(results_dir: Path, rec: dict) -> Path:

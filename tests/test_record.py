@@ -41,7 +41,7 @@ def test_load_names_file_and_problem(tmp_path):
     rec = make_record()
     rec["metrics"]["chain.eager.gbps"]["unit"] = 5
     bad.write_text(json.dumps(rec))
-    with pytest.raises(record.RecordError, match=r"cpu\.json: metrics\.chain\.eager\.gbps\.unit: expected a string"):
+    with pytest.raises(record.RecordError, match=r"cpu\.json: metrics\.chain\.eager\.gbps\.unit: expected string"):
         record.load(bad)
 
 

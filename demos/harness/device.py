@@ -46,7 +46,8 @@ def gpu_class(name: str) -> str:
     for cls, pattern in GPU_CLASSES:
         if re.search(pattern, name, flags=re.IGNORECASE):
             return cls
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60].strip("-")
+    # at most 40 characters, the record schema's bound for a class (with room for a "gpu-" prefix)
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:36].strip("-")
     if slug in {"cpu", *(cls for cls, _ in GPU_CLASSES)}:  # never a named class by accident
         slug = f"gpu-{slug}"
     return slug or "cuda-unknown"

@@ -1,177 +1,293 @@
 """The result record: one JSON file per demo per device class, docs/results/<demo>/<class>.json.
 
-This module owns the schema. ``validate`` names every problem by field, ``load`` refuses a
-malformed file with its path and field, and ``write`` replaces a record only once the new
-one is complete and valid, so a crash never leaves half a file or loses the previous record.
+The record's shape lives in one place, the JSON Schema beside this file (record.schema.json),
+which contributors can read. This module adds the rules a schema cannot say (cross-field
+checks) and gives readers typed access:
+
+- ``validate(data)``: every problem, as 'field: problem' strings (schema first, then cross-field);
+- ``load(path)``: a validated ``Record``, or RecordError naming the file and the field;
+- ``write(path, data)``: validate, then write atomically (the writer is the harness's ``Run.save``).
+
+A ``Record`` is the parsed JSON (a dict) with typed accessors for the parts scripts read:
+``rec.metrics["name"].value``, ``rec.ceilings``, ``rec.checks``, ``rec.provenance.commit``, ...
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from demos.harness import atomic
+from demos.harness.paths import RECORD_SCHEMA
 
 SCHEMA_VERSION = 1
-NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-RATE_UNITS = {"GB/s", "TFLOP/s"}  # checked against datasheet peaks
+
+# Rate units the plausibility check understands, with the factor to GB/s or TFLOP/s. A unit that
+# looks like a rate but is not here ("GB/s ", "Gb/s") is refused rather than silently unchecked.
+BYTE_RATES = {"MB/s": 1e-3, "GB/s": 1.0, "GiB/s": 2**30 / 1e9, "TB/s": 1e3}
+FLOP_RATES = {"GFLOP/s": 1e-3, "TFLOP/s": 1.0}
+
+
+def looks_like_rate(unit: str) -> bool:
+    core = unit.lower().replace(" ", "")
+    return "/s" in core and any(k in core for k in ("b/", "byte", "flop", "op/", "ops"))
 
 
 class RecordError(Exception):
     """A record that is not well formed; the message names the file and the field."""
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+@cache
+def _validator():
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(RECORD_SCHEMA.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
 
 
-def _expect(errors: list[str], cond: bool, field: str, problem: str) -> bool:
-    if not cond:
-        errors.append(f"{field}: {problem}")
-    return cond
+def _field(path) -> str:
+    """metrics.chain.eager.gbps.value, tables[0].rows[2]: how a problem names its field."""
+    text = ""
+    for p in path:
+        text += f"[{p}]" if isinstance(p, int) else ("." if text else "") + str(p)
+    return text or "(top level)"
 
 
-def _check_str(errors, obj: dict, key: str, where: str, required: bool = True) -> None:
-    if key not in obj:
-        _expect(errors, not required, f"{where}.{key}", "missing")
-    else:
-        _expect(errors, isinstance(obj[key], str), f"{where}.{key}", f"expected a string, got {obj[key]!r:.60}")
+def _schema_problem(e) -> str:
+    """A jsonschema error as 'field: problem', the field named down to the missing or mistyped key."""
+    path = list(e.absolute_path)
+    if e.validator == "required":
+        missing = [k for k in e.validator_value if isinstance(e.instance, dict) and k not in e.instance]
+        return f"{_field([*path, *missing[:1]])}: missing"
+    if e.validator == "type":
+        return f"{_field(path)}: expected {e.validator_value if isinstance(e.validator_value, str) else ' or '.join(e.validator_value)}, got {_short(repr(e.instance), 40)}"
+    if e.validator == "additionalProperties":
+        return f"{_field(path)}: {_short(e.message)} (see demos/harness/record.schema.json)"
+    return f"{_field(path)}: {_short(e.message)}"
 
 
-def _check_number(errors, obj: dict, key: str, where: str, required: bool = True) -> None:
-    if key not in obj:
-        _expect(errors, not required, f"{where}.{key}", "missing")
-    else:
-        _expect(errors, _is_number(obj[key]), f"{where}.{key}", f"expected a finite number, got {obj[key]!r:.60}")
+def _short(message: str, limit: int = 140) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
-def _check_metric(errors, name: str, metric, where: str) -> None:
-    field = f"{where}.{name}"
-    if not _expect(errors, NAME.match(name) is not None, field, "bad name (letters, digits, _ . - only)"):
-        return
-    if not _expect(errors, isinstance(metric, dict), field, "expected an object"):
-        return
-    _check_number(errors, metric, "value", field)
-    _check_str(errors, metric, "unit", field)
-    _check_str(errors, metric, "label", field, required=False)
-    _check_str(errors, metric, "ceiling", field, required=False)
-    _check_number(errors, metric, "fraction_of_ceiling", field, required=False)
+def _non_finite(value, path=()):
+    """Paths of NaN or infinite numbers (json.loads accepts NaN and Infinity; a record must not hold them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _non_finite(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _non_finite(v, (*path, i))
 
 
-def validate(record) -> list[str]:
-    """Every problem with a record, as 'field: problem' strings; empty when it is well formed."""
-    errors: list[str] = []
-    if not _expect(errors, isinstance(record, dict), "(top level)", "expected a JSON object"):
-        return errors
-    _expect(errors, record.get("schema") == SCHEMA_VERSION, "schema", f"expected {SCHEMA_VERSION}")
-    for key in ("demo", "module", "title", "device_class", "size"):
-        _check_str(errors, record, key, "record")
-    if isinstance(record.get("demo"), str):
-        _expect(errors, NAME.match(record["demo"]) is not None, "demo", "bad demo name")
-    _expect(errors, isinstance(record.get("source_digest"), str) and DIGEST.match(record["source_digest"]) is not None,
-            "source_digest", "expected 'sha256:' and 64 hex digits")
-    _check_number(errors, record, "wall_time_s", "record")
-
-    for section, kind in (("metrics", dict), ("ceilings", dict), ("provenance", dict), ("artifacts", dict),
-                          ("tables", list), ("series", list), ("checks", list), ("not_run", list)):
-        if not _expect(errors, isinstance(record.get(section), kind), section, f"expected a {kind.__name__}"):
-            continue
-    if errors:
-        return errors
-
-    for name, metric in record["metrics"].items():
-        _check_metric(errors, name, metric, "metrics")
-        if isinstance(metric, dict) and "ceiling" in metric:
-            _expect(errors, metric["ceiling"] in record["ceilings"], f"metrics.{name}.ceiling",
-                    f"names no ceiling of this record ({metric['ceiling']!r:.40})")
-    for name, ceiling in record["ceilings"].items():
-        _check_metric(errors, name, ceiling, "ceilings")
-    for key in ("device_name", "device_class", "utc", "python"):
-        _check_str(errors, record["provenance"], key, "provenance")
-    _expect(errors, isinstance(record["provenance"].get("packages"), dict), "provenance.packages", "expected an object")
-    for name, text in record["artifacts"].items():
-        _expect(errors, isinstance(text, str), f"artifacts.{name}", "expected a string")
-
-    for i, table in enumerate(record["tables"]):
-        where = f"tables[{i}]"
-        if not _expect(errors, isinstance(table, dict), where, "expected an object"):
-            continue
-        _check_str(errors, table, "name", where)
-        _check_str(errors, table, "title", where)
-        columns, rows = table.get("columns"), table.get("rows")
-        if _expect(errors, isinstance(columns, list) and all(isinstance(c, str) for c in columns),
-                   f"{where}.columns", "expected a list of strings") and \
-                _expect(errors, isinstance(rows, list), f"{where}.rows", "expected a list"):
-            for j, row in enumerate(rows):
-                ok = isinstance(row, list) and len(row) == len(columns) and all(
-                    c is None or isinstance(c, str) or _is_number(c) for c in row)
-                _expect(errors, ok, f"{where}.rows[{j}]",
-                        f"expected {len(columns)} cells, each a string, a finite number or null")
-
-    for i, series in enumerate(record["series"]):
-        where = f"series[{i}]"
-        if not _expect(errors, isinstance(series, dict), where, "expected an object"):
-            continue
-        for key in ("name", "title", "x_label", "y_label"):
-            _check_str(errors, series, key, where)
-        lines = series.get("lines")
-        if not _expect(errors, isinstance(lines, list) and lines, f"{where}.lines", "expected a non-empty list"):
-            continue
-        for j, line in enumerate(lines):
-            lw = f"{where}.lines[{j}]"
-            if not _expect(errors, isinstance(line, dict), lw, "expected an object"):
+def _cross_field(data: dict) -> list[str]:
+    errors = []
+    ceilings = data["ceilings"]
+    for name, m in data["metrics"].items():
+        where = _field(["metrics", name])
+        unit = m["unit"]
+        if looks_like_rate(unit) and unit not in BYTE_RATES and unit not in FLOP_RATES:
+            errors.append(f"{where}.unit: unknown rate unit {unit!r}; use one of "
+                          f"{', '.join([*BYTE_RATES, *FLOP_RATES])}")
+        if (unit in BYTE_RATES or unit in FLOP_RATES) and m["value"] < 0:
+            errors.append(f"{where}.value: a rate cannot be negative ({m['value']})")
+        if "ceiling" in m:
+            c = ceilings.get(m["ceiling"])
+            if c is None:
+                errors.append(f"{where}.ceiling: names no ceiling of this record ({m['ceiling']!r})")
                 continue
-            _check_str(errors, line, "label", lw)
-            xs, ys = line.get("x"), line.get("y")
-            ok = isinstance(xs, list) and isinstance(ys, list) and len(xs) == len(ys) and \
-                all(_is_number(v) for v in xs) and all(v is None or _is_number(v) for v in ys)
-            _expect(errors, ok, lw, "expected x and y lists of equal length holding numbers (y may hold null)")
-        for j, hline in enumerate(series.get("hlines", [])):
-            hw = f"{where}.hlines[{j}]"
-            if _expect(errors, isinstance(hline, dict), hw, "expected an object"):
-                _check_str(errors, hline, "label", hw)
-                _check_number(errors, hline, "y", hw)
-
-    for i, check in enumerate(record["checks"]):
-        where = f"checks[{i}]"
-        if not _expect(errors, isinstance(check, dict), where, "expected an object"):
-            continue
-        _check_str(errors, check, "name", where)
-        _expect(errors, isinstance(check.get("passed"), bool), f"{where}.passed", "expected true or false")
-        _check_str(errors, check, "detail", where)
-
-    for i, item in enumerate(record["not_run"]):
-        where = f"not_run[{i}]"
-        if _expect(errors, isinstance(item, dict), where, "expected an object"):
-            _check_str(errors, item, "variant", where)
-            _check_str(errors, item, "reason", where)
+            if c["unit"] != unit:
+                errors.append(f"{where}.ceiling: metric in {unit} but ceiling {m['ceiling']} in {c['unit']}")
+            if "fraction_of_ceiling" not in m:
+                errors.append(f"{where}.fraction_of_ceiling: missing (the metric names a ceiling)")
+            elif not math.isclose(m["fraction_of_ceiling"], m["value"] / c["value"], rel_tol=1e-6):
+                errors.append(f"{where}.fraction_of_ceiling: says {m['fraction_of_ceiling']:.4g} but value / ceiling "
+                              f"is {m['value'] / c['value']:.4g}")
+        elif "fraction_of_ceiling" in m:
+            errors.append(f"{where}.fraction_of_ceiling: given without the ceiling it is a fraction of")
+        if unit in FLOP_RATES and "dtype" not in m and ceilings.get(m.get("ceiling"), {}).get("dtype") is None:
+            errors.append(f"{where}.dtype: a FLOP rate must say its precision (dtype=...) or name a matmul ceiling")
+    for i, table in enumerate(data["tables"]):
+        for j, row in enumerate(table["rows"]):
+            if len(row) != len(table["columns"]):
+                errors.append(f"tables[{i}].rows[{j}]: {len(row)} cells for {len(table['columns'])} columns")
+    for i, series in enumerate(data["series"]):
+        for j, line in enumerate(series["lines"]):
+            if len(line["x"]) != len(line["y"]):
+                errors.append(f"series[{i}].lines[{j}]: x has {len(line['x'])} values, y has {len(line['y'])}")
+    if data["provenance"]["device_class"] != data["device_class"]:
+        errors.append(f"provenance.device_class: {data['provenance']['device_class']!r} differs from device_class "
+                      f"{data['device_class']!r}")
     return errors
 
 
-def load(path: Path) -> dict:
-    """Read and validate a record; a problem raises RecordError naming the file and the field."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise RecordError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except OSError as e:
-        raise RecordError(f"{path}: cannot be read ({e.strerror})") from None
-    errors = validate(record)
+def validate(data) -> list[str]:
+    """Every problem with a record, as 'field: problem' strings; empty when it is well formed."""
+    errors = [_schema_problem(e)
+              for e in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+    if errors:
+        return errors
+    non_finite = [f"{_field(path)}: not a finite number" for path in _non_finite(data)]
+    return non_finite or _cross_field(data)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A measured value (or a ceiling) with its unit and, for rates, what bounds it."""
+
+    name: str
+    value: float
+    unit: str
+    label: str = ""
+    ceiling: str | None = None
+    fraction_of_ceiling: float | None = None
+    dtype: str | None = None
+    kind: str | None = None
+    cache_resident: bool = False
+    how: str = ""
+
+    @classmethod
+    def of(cls, name: str, d: dict) -> "Metric":
+        return cls(name=name, value=float(d["value"]), unit=d["unit"], label=d.get("label", ""),
+                   ceiling=d.get("ceiling"), fraction_of_ceiling=d.get("fraction_of_ceiling"), dtype=d.get("dtype"),
+                   kind=d.get("kind"), cache_resident=bool(d.get("cache_resident", False)), how=d.get("how", ""))
+
+    @property
+    def rate(self) -> tuple[str, float] | None:
+        """('bytes', GB/s) or ('flops', TFLOP/s) for a rate, else None."""
+        if self.unit in BYTE_RATES:
+            return "bytes", self.value * BYTE_RATES[self.unit]
+        if self.unit in FLOP_RATES:
+            return "flops", self.value * FLOP_RATES[self.unit]
+        return None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+    expected_failure: bool = False
+
+
+@dataclass(frozen=True)
+class Provenance:
+    device_name: str
+    device_class: str
+    device_kind: str
+    utc: str
+    python: str
+    packages: dict
+    commit: str | None
+    dirty: bool | None
+    cuda: str | None
+    driver: str | None
+    cpu_count: int | None
+    torch_threads: int | None
+
+
+class Record(dict):
+    """A validated record: the JSON as a dict, plus typed accessors (use these in scripts)."""
+
+    @property
+    def demo(self) -> str:
+        return self["demo"]
+
+    @property
+    def device_class(self) -> str:
+        return self["device_class"]
+
+    @property
+    def title(self) -> str:
+        return self["title"]
+
+    @property
+    def size(self) -> str:
+        return self["size"]
+
+    @property
+    def digest(self) -> str:
+        return self["source_digest"]
+
+    @property
+    def wall_time_s(self) -> float:
+        return self["wall_time_s"]
+
+    @property
+    def is_fixture(self) -> bool:
+        return bool(self.get("fixture", False))
+
+    @property
+    def metrics(self) -> dict[str, Metric]:
+        return {name: Metric.of(name, m) for name, m in self["metrics"].items()}
+
+    @property
+    def ceilings(self) -> dict[str, Metric]:
+        return {name: Metric.of(name, c) for name, c in self["ceilings"].items()}
+
+    @property
+    def checks(self) -> list[Check]:
+        return [Check(c["name"], c["passed"], c["detail"], bool(c.get("expected_failure", False)))
+                for c in self["checks"]]
+
+    @property
+    def tables(self) -> list[dict]:
+        return self["tables"]
+
+    @property
+    def series(self) -> list[dict]:
+        return self["series"]
+
+    @property
+    def not_run(self) -> list[tuple[str, str]]:
+        return [(n["variant"], n["reason"]) for n in self["not_run"]]
+
+    @property
+    def artifacts(self) -> dict[str, str]:
+        return self["artifacts"]
+
+    @property
+    def provenance(self) -> Provenance:
+        p = self["provenance"]
+        return Provenance(device_name=p["device_name"], device_class=p["device_class"], device_kind=p["device_kind"],
+                          utc=p["utc"], python=p["python"], packages=p["packages"], commit=p.get("commit"),
+                          dirty=p.get("dirty"), cuda=p.get("cuda"), driver=p.get("driver"),
+                          cpu_count=p.get("cpu_count"), torch_threads=p.get("torch_threads"))
+
+
+def parse(data, source: str = "record") -> Record:
+    """A Record from parsed JSON, or RecordError naming the source and the first bad field."""
+    errors = validate(data)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise RecordError(f"{path}: {errors[0]}{more}")
-    return record
+        raise RecordError(f"{source}: {errors[0]}{more}")
+    return Record(data)
 
 
-def write(path: Path, record: dict) -> None:
+def load(path: Path) -> Record:
+    """Read and validate a record; a problem raises RecordError naming the file and the field."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    return parse(data, str(path))
+
+
+def write(path: Path, data: dict) -> None:
     """Validate, then write atomically (demos/harness/atomic.py): a crash never loses the previous record."""
-    errors = validate(record)
+    errors = validate(data)
     if errors:
         raise RecordError(f"refusing to write {path}: {errors[0]}")
-    atomic.write_json(path, record)
+    atomic.write_json(path, data)
 
 
 def record_path(results_dir: Path, demo: str, device_class: str) -> Path:

@@ -131,6 +131,15 @@ class Run:
         if not passed:
             raise AssertionError(f"correctness check failed: {name}: {detail}")
 
+    def check_wrong(self, name: str, caught: bool, detail: str) -> None:
+        """For a variant that is wrong on purpose (a missing all-reduce, an unscaled FP16 step): the
+        check passes when the demo's comparison *catches* the error. Raises if it did not: a check
+        that cannot tell the wrong variant from the right one proves nothing."""
+        self.checks.append({"name": name, "passed": bool(caught), "detail": detail, "expected_failure": True})
+        self.log(f"  check {'ok  ' if caught else 'FAIL'} {name} (a wrong variant, caught as such): {detail}")
+        if not caught:
+            raise AssertionError(f"a deliberately wrong variant was not caught: {name}: {detail}")
+
     def check_close(self, name: str, got: torch.Tensor, reference: torch.Tensor, *, rtol: float, atol: float,
                     reference_name: str = "float64 reference") -> None:
         """|got - reference| <= atol + rtol * |reference| everywhere, computed in float64."""
@@ -147,8 +156,14 @@ class Run:
         self.checks[-1].update({"max_abs_err": worst, "rtol": rtol, "atol": atol})
 
     def metric(self, name: str, value: float, unit: str, label: str | None = None,
-               ceiling: str | None = None) -> None:
-        """A named measured value. With ``ceiling``, its fraction of that same-run ceiling is stored too."""
+               ceiling: str | None = None, dtype: str | None = None, kind: str | None = None,
+               cache_resident: bool = False) -> None:
+        """A named measured value. With ``ceiling``, its fraction of that same-run ceiling is stored too.
+
+        Rates say what bounds them, so the check can compare them with the right datasheet peak: a
+        FLOP rate its ``dtype`` (taken from a matmul ceiling when one is named), a byte rate its
+        ``kind`` ("memory", the default; "link" for a network or PCIe; "cache"), and a measurement
+        whose working set fits in a cache says ``cache_resident=True`` (it may beat the memory ceiling)."""
         entry = {"value": float(value), "unit": unit}
         if label:
             entry["label"] = label
@@ -157,6 +172,13 @@ class Run:
             if c["unit"] != unit:
                 raise ValueError(f"metric {name} is in {unit} but ceiling {ceiling} is in {c['unit']}")
             entry["ceiling"] = ceiling  # its fraction is computed in save(), against the final ceiling
+            dtype = dtype or c.get("dtype")
+        if dtype is not None:
+            entry["dtype"] = dtype
+        if kind is not None:
+            entry["kind"] = kind
+        if cache_resident:
+            entry["cache_resident"] = True
         self.metrics[name] = entry
 
     def table(self, name: str, title: str, columns: list[str], rows: list[list]) -> None:

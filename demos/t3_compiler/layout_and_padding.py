@@ -79,7 +79,8 @@ run.metric("conv.convert_around_speedup", t_cf / t_conv, "x",
            label="converting to channels-last and back around one conv, over plain channels-first")
 run.metric("conv.conversion_cost_fraction", (t_conv - t_cl) / t_conv, "fraction",
            label="share of the converted call spent outside the channels-last conv (the two layout copies)")
-run.metric("conv.channels_last_tflops", flops / t_cl / 1e12, "TFLOP/s", label="channels-last conv throughput")
+run.metric("conv.channels_last_tflops", flops / t_cl / 1e12, "TFLOP/s", dtype=str(dtype).removeprefix("torch."),
+           label="channels-last conv throughput")
 
 # %% [markdown]
 # ## Matmul: odd dimensions vs multiples of 8 and of 64

@@ -48,7 +48,7 @@ TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rto
 if not run.device.is_gpu:
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     one_thread_tflops = 2 * 1024**3 / run.time(lambda: a @ b).median_s / 1e12
-    run.metric("matmul_one_thread_tflops", one_thread_tflops, "TFLOP/s",
+    run.metric("matmul_one_thread_tflops", one_thread_tflops, "TFLOP/s", dtype="float32",
                label="fp32 1024x1024 matmul on one thread, this run")
     del a, b
 
