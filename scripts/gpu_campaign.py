@@ -1,0 +1,445 @@
+"""One GPU window -> checked records: `python -m scripts.gpu_campaign --out DIR [--budget-min N] [--commit SHA]`.
+
+What a lent GPU machine runs (docs/contributing.md, "GPU records"). It
+
+1. preflights the machine in under 30 s (GPU name, memory, driver; torch, triton, jax, onnxruntime
+   versions and providers; which packages the demos import are missing) and writes DIR/preflight.json;
+2. runs, at full size, every demo whose record for this device class is missing or stale (the
+   freshness rule of scripts.catalog), most valuable first: demos whose pages carry GPU claims and
+   GPU numbers (`@gpu`, `@h100`, ... markers in docs/topics) lead; each demo in its own process group
+   under a hard wall-clock limit (killed with its whole group even when it prints nothing); a failure
+   never stops the campaign;
+3. after EVERY demo rewrites a fixed set of files directly under DIR, so a call killed at its limit
+   still hands back everything that finished:
+     records.tar.gz   the records written so far, as docs/results/<demo>/<class>.json
+     logs.tar.gz      every demo's log and the preflight
+     summary.md       demo, status, wall time, estimate, reason (and the demos that remain)
+     summary.json     the same, for tools
+     preflight.json
+4. stops starting demos when the next one's estimated GPU time would pass the budget, and says which
+   remain. The estimate is the demo's last GPU record's wall_time_s (plus process start) when there is
+   one, else the table ESTIMATES_S below.
+
+Resumable: records go to a staging folder inside .cache (kept on a warm machine between calls) and
+count as done for the next call, as do records already in docs/results (what `scripts.gpu_unpack`
+copied there from an earlier window travels with the working tree). The commit being measured is
+passed in (--commit, else MM_SOURCE_COMMIT): the GPU machine gets a copy of the tree without .git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from demos.harness import record
+from demos.harness.errors import OneLineParser, fail
+from demos.harness.paths import CACHE_DIR, DEMOS_DIR, DOCS_DIR, REPO_ROOT, RESULTS_DIR
+from demos.harness.provenance import COMMIT_ENV
+from scripts import catalog, regen
+
+STAGING = CACHE_DIR / "gpu-campaign"
+PREFLIGHT_LIMIT_S = 30.0
+PROCESS_START_S = 10.0  # python + torch import + CUDA context + the opening and closing ceilings
+T6_MODEL_CACHE = CACHE_DIR / "models"
+
+# Estimated GPU seconds per demo on one H100 at the full size, used until the demo has a GPU record
+# (then its measured wall_time_s is used). Each from the demo's work at its full preset: compiles
+# (Inductor ~5-15 s per graph on a GPU, JAX jit ~1-3 s), the timed work (the harness times at least
+# 0.2 s per variant after a first call and 3 warm-ups), and host-side loops. Process start
+# (PROCESS_START_S) is added to each. They are estimates, not measurements: replace them with the
+# records' wall times after the first window.
+ESTIMATES_S: dict[str, tuple[float, str]] = {
+    # t3: compiler
+    "kernel_fusion": (100, "5 shapes x (eager, torch.compile, Triton) for 2 chains: ~10 Inductor compiles, "
+                           "largest 65536x4096 fp32 = 1 GiB per tensor, ~30 timings of <= 5 ms"),
+    "autotune": (70, "Triton autotune over its configs at 4096^3 and 64x8192x8192: one compile + a few "
+                     "timings per config, ~2 s each"),
+    "launch_overhead": (60, "6 compiles incl. reduce-overhead (CUDA graphs), 4 chain lengths of tiny ops"),
+    "layout_and_padding": (35, "matmul sweeps at 8192, cuBLAS only, no compile: ~2e13 FLOPs timed"),
+    "memory_planning": (55, "4 Inductor compiles of the (16, 2048, 1024) block, memory counters"),
+    # t2: pipeline
+    "graph_capture": (80, "Dynamo, export, AOTAutograd forward+backward, Inductor: ~8 compiles of a 1024-wide block"),
+    "dynamic_shapes": (70, "5 compiles (static per shape vs dynamic) of the block at 3 lengths"),
+    "jax_lowering": (40, "JAX import + ~7 jit lowerings/compiles of one block"),
+    "onnx_export": (35, "one dynamo ONNX export + onnxruntime session (CUDA provider if present)"),
+    # t1: frameworks
+    "compilation_model": (100, "torch.compile and jax.jit on 3 batch sizes x bucketing, hidden 4096: ~15 compiles"),
+    "one_model_four_ways": (100, "the same MLP trained 4 ways (eager, compile, JAX, NumPy) at hidden 4096"),
+    "state_and_randomness": (70, "RNG and in-place state under compile/jit on 2^28 elements: ~10 compiles"),
+    "transforms": (45, "jax.grad/vmap/jit on 3 batch sizes, hidden 4096"),
+    # t6: inference (plus training of the shared model once per machine: T6_TRAINING_S)
+    "attention_cost": (60, "N = 1k..16k, B2 H16 d128 bf16: 5 lengths x ~6 variants, float64 reference up to N=16k "
+                           "(tiled), naive/math skipped where their N x N matrices would not fit"),
+    "batching": (90, "prefill/decode at 8 batch sizes, then a host-side simulation of 2000 requests x 6 loads x 2 policies"),
+    "kv_cache": (35, "decode with and without the cache at 5 context lengths, batch 128"),
+    "speculative": (60, "greedy vs speculative decoding (4 lookaheads) for 32 prompts, token by token"),
+    "weight_only_int8": (50, "int8 weight-only GEMV/GEMM at 8192 and a decode step of the model"),
+}
+T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k tokens = 2e16 FLOPs at ~300 TFLOP/s "
+                      "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
+                      ".cache/models holds no full-size model")
+DEFAULT_ESTIMATE_S = (90, "no estimate set for this demo (another topic's): a cautious default")
+T6_DEMOS_WITH_TRAINING = ("batching", "kv_cache", "speculative", "weight_only_int8")
+
+
+@dataclass
+class Row:
+    demo: str
+    status: str  # ok | failed | timeout | fresh | not started (budget) | not run (--only) | busy
+    seconds: float | None = None
+    estimate_s: float | None = None
+    estimate_from: str = ""
+    limit_s: float | None = None
+    priority: int = 0
+    reason: str = ""
+
+
+@dataclass
+class Campaign:
+    out: Path
+    device_class: str
+    commit: str | None
+    budget_s: float
+    started_utc: str
+    preflight: dict = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+
+# -- preflight ----------------------------------------------------------------------------------------
+
+PREFLIGHT_CODE = r"""
+import importlib.metadata as md, json, subprocess, sys, time
+t0 = time.perf_counter()
+info = {"python": sys.version.split()[0], "packages": {}}
+for name in ("torch", "triton", "jax", "jaxlib", "onnx", "onnxruntime", "onnxscript", "numpy", "scipy",
+             "scikit-learn", "rich", "threadpoolctl", "jsonschema", "cupy-cuda13x", "cupy-cuda12x", "torchao"):
+    try:
+        info["packages"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        info["packages"][name] = None
+import torch
+info["cuda_available"] = torch.cuda.is_available()
+info["torch_cuda"] = torch.version.cuda
+if info["cuda_available"] and WANT_GPU:
+    p = torch.cuda.get_device_properties(0)
+    free, total = torch.cuda.mem_get_info()
+    info.update(gpu_name=p.name, gpu_count=torch.cuda.device_count(), memory_total_gib=round(total / 2**30, 1),
+                memory_free_gib=round(free / 2**30, 1), sm_count=p.multi_processor_count,
+                capability=f"{p.major}.{p.minor}", l2_mib=round(getattr(p, "L2_cache_size", 0) / 2**20, 1))
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,power.limit,temperature.gpu",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        info["nvidia_smi"] = out.stdout.strip()
+    except Exception as e:
+        info["nvidia_smi"] = f"unavailable: {e}"
+try:
+    import onnxruntime
+    info["onnxruntime_providers"] = onnxruntime.get_available_providers()
+except Exception as e:
+    info["onnxruntime_providers"] = f"unavailable: {type(e).__name__}: {e}"
+if WANT_GPU:
+    try:
+        import jax
+        info["jax_devices"] = [str(d) for d in jax.devices()]
+    except Exception as e:
+        info["jax_devices"] = f"unavailable: {type(e).__name__}: {str(e)[:200]}"
+info["seconds"] = round(time.perf_counter() - t0, 1)
+print(json.dumps(info))
+"""
+
+
+def demo_imports(demos_dir: Path = DEMOS_DIR) -> dict[str, list[str]]:
+    """Top-level packages (not the standard library, not this repository) each demo file imports."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(demos_dir.glob("**/*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("demos", "scripts", "__future__"):
+                    found.setdefault(top, set()).add(path.relative_to(demos_dir.parent).as_posix())
+    return {k: sorted(v) for k, v in sorted(found.items())}
+
+
+def preflight(device: str, env: dict, demos_dir: Path) -> dict:
+    """What the machine is and has, in a subprocess under a 30 s limit (a stuck driver cannot hang us)."""
+    code = PREFLIGHT_CODE.replace("WANT_GPU", "True" if device != "cpu" else "False")
+    started = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PREFLIGHT_LIMIT_S,
+                             env=env, cwd=REPO_ROOT)
+        info = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else \
+            {"error": (out.stderr.strip().splitlines() or ["preflight failed"])[-1]}
+    except subprocess.TimeoutExpired:
+        info = {"error": f"preflight took more than {PREFLIGHT_LIMIT_S:.0f} s"}
+    except (json.JSONDecodeError, IndexError):
+        info = {"error": "preflight printed no result"}
+    imports = demo_imports(demos_dir)
+    info["missing_packages"] = {name: files for name, files in imports.items() if importlib.util.find_spec(name) is None}
+    info["wall_s"] = round(time.perf_counter() - started, 1)
+    return info
+
+
+# -- what to run, in which order, and how long it should take -----------------------------------------
+
+MARKER = re.compile(r"\{\{\s*(?:claim|metric|artifact)\s+([A-Za-z0-9_]+)\b[^}]*?@([a-z0-9][a-z0-9-]*)")
+
+
+def gpu_marker_counts(topics_dir: Path = DOCS_DIR / "topics") -> dict[str, int]:
+    """How many GPU claims and numbers each demo's pages carry (markers naming a device other than cpu)."""
+    counts: dict[str, int] = {}
+    for page in sorted(topics_dir.glob("*.md")):
+        for demo, device in MARKER.findall(page.read_text(encoding="utf-8")):
+            if device != "cpu":
+                counts[demo] = counts.get(demo, 0) + 1
+    return counts
+
+
+def last_gpu_wall_time(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[float, str] | None:
+    """wall_time_s of the demo's GPU record: this class first, then any GPU class."""
+    for want_same in (True, False):
+        for folder in results_dirs:
+            for path in sorted((folder / demo).glob("*.json")):
+                if path.stem == "cpu" or (want_same and path.stem != device_class):
+                    continue
+                try:
+                    rec = record.load(path)
+                except record.RecordError:
+                    continue
+                if rec.get("fixture") or rec.get("provenance", {}).get("fixture"):
+                    continue
+                return float(rec["wall_time_s"]), f"record {path.stem}.json"
+    return None
+
+
+def estimate(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[float, str]:
+    measured = last_gpu_wall_time(demo, device_class, results_dirs) if device_class != "cpu" else None
+    if measured:
+        seconds, source = measured
+        return seconds + PROCESS_START_S, f"{source} wall time + {PROCESS_START_S:.0f} s start"
+    seconds, why = ESTIMATES_S.get(demo, DEFAULT_ESTIMATE_S)
+    total, source = seconds + PROCESS_START_S, "table"
+    if demo in T6_DEMOS_WITH_TRAINING and not any(T6_MODEL_CACHE.glob("full-*.pt")):
+        total += T6_TRAINING_S[0]
+        source = "table + T6 model training"
+    return total, source
+
+
+def demo_limit(estimate_s: float, budget_left_s: float, fixed: float | None) -> float:
+    """A demo's hard limit: generous against its estimate (3x, at least +90 s), never past the budget."""
+    limit = fixed if fixed is not None else max(3 * estimate_s, estimate_s + 90)
+    return max(1.0, min(limit, budget_left_s))
+
+
+def freshness(demo: catalog.Demo, device_class: str, results_dirs: list[Path]) -> str:
+    """fresh if any of the folders holds a fresh record for this class; else stale or missing."""
+    states = [catalog.record_freshness(demo, device_class, folder) for folder in results_dirs]
+    return "fresh" if "fresh" in states else ("stale" if "stale" in states else "missing")
+
+
+# -- the files handed back after every demo -----------------------------------------------------------
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _tar(members: list[tuple[str, Path]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for arcname, path in members:
+            if path.is_file():
+                tar.add(path, arcname=arcname, recursive=False)
+    return buffer.getvalue()
+
+
+def summary_markdown(c: Campaign) -> str:
+    used = sum(r.seconds or 0 for r in c.rows)
+    remaining = [r.demo for r in c.rows if r.status.startswith("not started")]
+    lines = [f"# GPU campaign on {c.preflight.get('gpu_name', c.device_class)} (class {c.device_class})", "",
+             f"commit {c.commit or 'UNKNOWN'}; started {c.started_utc}; budget {c.budget_s / 60:.1f} min; "
+             f"demo time used {used / 60:.1f} min", ""]
+    if c.preflight.get("error"):
+        lines += [f"preflight: {c.preflight['error']}", ""]
+    if c.preflight.get("missing_packages"):
+        lines += ["missing packages (demos record what they could not run): "
+                  + ", ".join(sorted(c.preflight["missing_packages"])), ""]
+    lines += ["| demo | status | wall time (s) | estimate (s) | limit (s) | reason |", "|---|---|---|---|---|---|"]
+    for r in c.rows:
+        wall = "" if r.seconds is None else f"{r.seconds:.0f}"
+        est = "" if r.estimate_s is None else f"{r.estimate_s:.0f} ({r.estimate_from})"
+        lim = "" if r.limit_s is None else f"{r.limit_s:.0f}"
+        reason = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
+        lines.append(f"| {r.demo} | {r.status} | {wall} | {est} | {lim} | {reason} |")
+    lines += ["", f"remaining (budget): {', '.join(remaining) if remaining else 'none'}", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(c: Campaign, results_dir: Path, log_dir: Path) -> None:
+    """Rewrite the fixed set of files under --out: records and logs archives, the summary, the preflight."""
+    c.out.mkdir(parents=True, exist_ok=True)
+    records = [(f"docs/results/{p.parent.name}/{p.name}", p)
+               for p in sorted(results_dir.glob(f"*/{c.device_class}.json"))]
+    _atomic_bytes(c.out / "records.tar.gz", _tar(records))
+    logs = [(f"logs/{p.name}", p) for p in sorted(log_dir.glob("*.log"))]
+    _atomic_bytes(c.out / "logs.tar.gz", _tar(logs + [("logs/preflight.json", c.out / "preflight.json")]))
+    summary = {**{k: v for k, v in asdict(c).items() if k not in ("out", "rows", "preflight")},
+               "out": str(c.out), "rows": [asdict(r) for r in c.rows],
+               "demo_seconds_used": sum(r.seconds or 0 for r in c.rows),
+               "remaining": [r.demo for r in c.rows if r.status.startswith("not started")],
+               "estimates_table": {k: {"seconds": v[0], "how": v[1]} for k, v in ESTIMATES_S.items()},
+               "t6_training": {"seconds": T6_TRAINING_S[0], "how": T6_TRAINING_S[1]},
+               "process_start_s": PROCESS_START_S}
+    _atomic_bytes(c.out / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
+    _atomic_bytes(c.out / "summary.md", summary_markdown(c).encode())
+
+
+# -- the campaign ---------------------------------------------------------------------------------------
+
+def resolve_commit(asked: str | None) -> str | None:
+    if asked:
+        return asked
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except OSError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="gpu_campaign", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="where the archives and the summary go ($OUT)")
+    parser.add_argument("--budget-min", type=float, default=8.5,
+                        help="minutes of demo time this call may use (default 8.5: a 10-minute call with room)")
+    parser.add_argument("--commit", default=None, help=f"the commit being measured (default: ${COMMIT_ENV}, else git)")
+    parser.add_argument("--only", default=None, help="comma-separated demo names (default: every demo)")
+    parser.add_argument("--force", action="store_true", help="run even demos whose record is fresh")
+    parser.add_argument("--demo-limit-s", type=float, default=None, help="a fixed hard limit per demo, in seconds")
+    # for tests: a CPU stand-in for the GPU, tiny sizes, stand-in demos and folders
+    parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    parser.add_argument("--size", default="full", help=argparse.SUPPRESS)
+    parser.add_argument("--demos-dir", type=Path, default=DEMOS_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--staging", type=Path, default=STAGING, help=argparse.SUPPRESS)
+    parser.add_argument("--published-dir", type=Path, default=RESULTS_DIR, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    wall_start = time.perf_counter()
+    out = args.out.absolute()
+    if out.exists() and not out.is_dir():
+        fail(f"--out {args.out}: is a file, not a folder")
+    commit = resolve_commit(args.commit)
+    if not commit:
+        fail(f"no commit to record: pass --commit SHA (or set {COMMIT_ENV}); the GPU machine's copy has no .git")
+    try:
+        demos = catalog.discover(args.demos_dir.absolute())
+    except ValueError as e:
+        fail(str(e))
+    only = [d.strip() for d in args.only.split(",") if d.strip()] if args.only else None
+    if only:
+        unknown = [d for d in only if d not in demos]
+        if unknown:
+            fail(f"--only: unknown demo {unknown[0]!r}: known demos are {', '.join(demos)}")
+
+    env = {**os.environ, COMMIT_ENV: commit, "PYTHONUNBUFFERED": "1",
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TOKENIZERS_PARALLELISM": "false"}
+    staging = args.staging.absolute()
+    results_dir, log_dir = staging / "results", staging / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for old in log_dir.glob("*.log"):  # logs of this call only; records stay (they are the resume state)
+        old.unlink()
+
+    info = preflight(args.device, env, args.demos_dir.absolute())
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "preflight.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    if args.device == "cpu":
+        device_class = "cpu"
+    elif info.get("cuda_available") and info.get("gpu_name"):
+        from demos.harness.device import gpu_class
+        device_class = gpu_class(info["gpu_name"])
+    else:
+        campaign = Campaign(out, "none", commit, args.budget_min * 60, _utc(), info)
+        campaign.rows = [Row(d, "not started (no GPU)", reason=info.get("error", "no CUDA GPU visible to PyTorch"))
+                         for d in demos]
+        write_outputs(campaign, results_dir, log_dir)
+        print(f"gpu_campaign: no CUDA GPU visible ({info.get('error', 'torch.cuda.is_available() is False')}); "
+              f"nothing run; see {out / 'summary.md'}", file=sys.stderr)
+        return 2
+    print(f"gpu_campaign: {info.get('gpu_name', 'cpu')} (class {device_class}), commit {commit}, "
+          f"budget {args.budget_min:.1f} min; preflight {info['wall_s']} s; "
+          f"missing packages: {', '.join(info['missing_packages']) or 'none'}", flush=True)
+
+    campaign = Campaign(out, device_class, commit, args.budget_min * 60, _utc(), info)
+    looked_in = [results_dir, args.published_dir.absolute()]
+    priority = gpu_marker_counts()
+    todo = []
+    for name, demo in demos.items():
+        if only and name not in only:
+            continue
+        est, source = estimate(name, device_class, looked_in)
+        row = Row(name, "", estimate_s=est, estimate_from=source, priority=priority.get(name, 0))
+        state = freshness(demo, device_class, looked_in)
+        if state == "fresh" and not args.force:
+            row.status, row.reason = "fresh", "its record for this class is fresh: not re-run"
+        else:
+            row.reason = f"record {state}"
+            todo.append(row)
+        campaign.rows.append(row)
+    # Pages' GPU numbers first; among equals the shorter first (more records per minute).
+    todo.sort(key=lambda r: (-r.priority, r.estimate_s))
+    campaign.rows.sort(key=lambda r: (r.status == "fresh", -r.priority, r.estimate_s or 0))
+    write_outputs(campaign, results_dir, log_dir)
+
+    console = regen.Console(highlight=False, width=200)
+    demo_seconds = 0.0
+    with regen.signals_raise():
+        for row in todo:
+            est, source = estimate(row.demo, device_class, looked_in)  # training may have happened meanwhile
+            row.estimate_s, row.estimate_from = est, source
+            left = campaign.budget_s - demo_seconds
+            if est > left:
+                row.status = "not started (budget)"
+                row.reason = f"estimated {est:.0f} s, {max(left, 0):.0f} s of the budget left"
+                write_outputs(campaign, results_dir, log_dir)
+                continue
+            row.limit_s = demo_limit(est, left, args.demo_limit_s)
+            print(f"gpu_campaign: {row.demo} (estimate {est:.0f} s, limit {row.limit_s:.0f} s, "
+                  f"{left:.0f} s of budget left)", flush=True)
+            outcome = regen.run_demo(demos[row.demo], args.device, args.size, results_dir, console, row.limit_s, env,
+                                     device_class=device_class, log_dir=log_dir)
+            demo_seconds += outcome.seconds
+            row.seconds = outcome.seconds
+            row.status = outcome.status
+            row.reason = outcome.detail if not outcome.ok else f"wrote {row.demo}/{device_class}.json"
+            print(f"gpu_campaign: {row.demo}: {row.status} in {outcome.seconds:.0f} s", flush=True)
+            write_outputs(campaign, results_dir, log_dir)
+    write_outputs(campaign, results_dir, log_dir)
+    print(summary_markdown(campaign))
+    print(f"gpu_campaign: done in {time.perf_counter() - wall_start:.0f} s; files under {out}", flush=True)
+    return 0 if all(r.status in ("ok", "fresh", "not started (budget)") for r in campaign.rows) else 1
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The GPU campaign on a CPU, with stand-in demos: files rewritten after every demo, a hanging demo
+killed at its limit while the campaign goes on, the budget stopping new demos and naming the rest,
+a second call skipping fresh records; and gpu_unpack taking only valid records home."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make_record
+from scripts import catalog, gpu_campaign, gpu_unpack
+
+# A stand-in demo writes a small JSON "record" with the hash of its own file (what the freshness rule
+# compares), after doing what its name says. STEP_LOG collects the order in which demos ran.
+OK = """
+import argparse, hashlib, json, os, pathlib
+p = argparse.ArgumentParser(); p.add_argument("--device"); p.add_argument("--results-dir"); p.add_argument("--size")
+a = p.parse_args()
+name = pathlib.Path(__file__).stem
+with open(os.environ["STEP_LOG"], "a") as f:
+    f.write(name + "\\n")
+BEFORE
+out = pathlib.Path(a.results_dir) / name / "cpu.json"
+out.parent.mkdir(parents=True, exist_ok=True)
+out.write_text(json.dumps({"demo": name, "digest": hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()}))
+print(f"wrote {out}")
+"""
+LIST_ARCHIVE = """
+import tarfile
+with tarfile.open(os.path.join(os.environ["CAMPAIGN_OUT"], "records.tar.gz")) as t:
+    pathlib.Path(os.environ["SEEN"]).write_text("\\n".join(t.getnames()))
+"""
+HANG = "import time\ntime.sleep(300)  # silent, forever"
+FAIL = "raise RuntimeError('check failed: the kernel disagreed')"
+
+
+def _stand_ins(tmp_path, monkeypatch, estimates: dict[str, float], behaviours: dict[str, str]):
+    pkg = tmp_path / "fakedemos" / "topic"
+    pkg.mkdir(parents=True)
+    for init in (tmp_path / "fakedemos" / "__init__.py", pkg / "__init__.py"):
+        init.write_text("")
+    for name, before in behaviours.items():
+        (pkg / f"{name}.py").write_text(OK.replace("BEFORE", before))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{REPO}")
+    monkeypatch.setenv("STEP_LOG", str(tmp_path / "steps"))
+    monkeypatch.setenv("CAMPAIGN_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("SEEN", str(tmp_path / "seen"))
+    monkeypatch.setattr(gpu_campaign, "ESTIMATES_S", {k: (v, "test") for k, v in estimates.items()})
+    monkeypatch.setattr(gpu_campaign, "PROCESS_START_S", 0.0)
+    monkeypatch.setattr(gpu_campaign, "gpu_marker_counts", lambda: {})
+
+    def fresh_if_same_code(demo, device_class, folders):  # stand-ins are no harness demos: compare file hashes
+        for folder in folders:
+            path = Path(folder) / demo.name / f"{device_class}.json"
+            if path.exists():
+                code = hashlib.sha256(demo.path.read_bytes()).hexdigest()
+                return "fresh" if json.loads(path.read_text())["digest"] == code else "stale"
+        return "missing"
+
+    monkeypatch.setattr(gpu_campaign, "freshness", fresh_if_same_code)
+
+
+def _campaign(tmp_path, *extra) -> int:
+    return gpu_campaign.main(["--out", str(tmp_path / "out"), "--commit", "abc1234", "--device", "cpu",
+                              "--size", "tiny", "--demos-dir", str(tmp_path / "fakedemos"),
+                              "--staging", str(tmp_path / "staging"), "--published-dir", str(tmp_path / "published"),
+                              *extra])
+
+
+def _summary(tmp_path) -> dict:
+    return {r["demo"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text())["rows"]}
+
+
+def _steps(tmp_path) -> list[str]:
+    return (tmp_path / "steps").read_text().split() if (tmp_path / "steps").exists() else []
+
+
+def test_the_records_archive_is_rewritten_after_every_demo(tmp_path, monkeypatch):
+    _stand_ins(tmp_path, monkeypatch, {"first": 1, "second": 2}, {"first": "", "second": LIST_ARCHIVE})
+    assert _campaign(tmp_path) == 0
+    assert _steps(tmp_path) == ["first", "second"]
+    # when "second" started, the archive already held the record "first" wrote
+    assert (tmp_path / "seen").read_text().split() == ["docs/results/first/cpu.json"]
+    with tarfile.open(tmp_path / "out" / "records.tar.gz") as t:
+        assert sorted(t.getnames()) == ["docs/results/first/cpu.json", "docs/results/second/cpu.json"]
+    with tarfile.open(tmp_path / "out" / "logs.tar.gz") as t:
+        names = t.getnames()
+    assert any(n.startswith("logs/first-cpu-") for n in names) and "logs/preflight.json" in names
+    # the fixed set of files, directly under --out (the GPU machine returns at most 8, two folders deep)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == \
+        ["logs.tar.gz", "preflight.json", "records.tar.gz", "summary.json", "summary.md"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["commit"] == "abc1234" and summary["device_class"] == "cpu"
+    assert "| first | ok |" in (tmp_path / "out" / "summary.md").read_text()
+    preflight = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    assert preflight["packages"]["torch"] and preflight["wall_s"] < 30 and "missing_packages" in preflight
+
+
+def test_a_hanging_demo_is_killed_at_its_limit_and_the_campaign_goes_on(tmp_path, monkeypatch):
+    _stand_ins(tmp_path, monkeypatch, {"broken": 1, "hangs": 2, "after": 3}, {"broken": FAIL, "hangs": HANG, "after": ""})
+    started = time.perf_counter()
+    assert _campaign(tmp_path, "--demo-limit-s", "3") == 1
+    assert time.perf_counter() - started < 60
+    rows = _summary(tmp_path)
+    assert rows["broken"]["status"] == "failed" and "check failed" in rows["broken"]["reason"]
+    assert rows["hangs"]["status"] == "timeout" and "timed out after 3 s" in rows["hangs"]["reason"]
+    assert rows["after"]["status"] == "ok"
+    with tarfile.open(tmp_path / "out" / "records.tar.gz") as t:
+        assert t.getnames() == ["docs/results/after/cpu.json"]
+
+
+def test_the_budget_stops_new_demos_and_names_the_remaining_ones(tmp_path, monkeypatch):
+    _stand_ins(tmp_path, monkeypatch, {"quick": 1, "huge": 600, "quick2": 2}, {"quick": "", "huge": "", "quick2": ""})
+    assert _campaign(tmp_path, "--budget-min", "1") == 0
+    rows = _summary(tmp_path)
+    assert rows["quick"]["status"] == rows["quick2"]["status"] == "ok"
+    assert rows["huge"]["status"] == "not started (budget)" and "estimated 600 s" in rows["huge"]["reason"]
+    assert "huge" not in _steps(tmp_path)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["remaining"] == ["huge"]
+    assert "remaining (budget): huge" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_second_call_runs_only_what_is_missing_or_stale(tmp_path, monkeypatch):
+    _stand_ins(tmp_path, monkeypatch, {"done": 1, "changed": 2}, {"done": "", "changed": ""})
+    assert _campaign(tmp_path) == 0
+    assert _steps(tmp_path) == ["done", "changed"]
+    (tmp_path / "fakedemos" / "topic" / "changed.py").write_text(OK.replace("BEFORE", "x = 1  # new code"))
+    assert _campaign(tmp_path) == 0
+    assert _steps(tmp_path) == ["done", "changed", "changed"], "the fresh record must not be re-measured"
+    rows = _summary(tmp_path)
+    assert rows["done"]["status"] == "fresh" and rows["changed"]["status"] == "ok"
+    assert "record stale" not in rows["changed"]["reason"]  # it ran, and says what it wrote
+
+
+def test_campaign_freshness_reads_the_real_rule(tmp_path):
+    demo = catalog.discover()["kernel_fusion"]
+    assert gpu_campaign.freshness(demo, "h100", [tmp_path / "a", tmp_path / "b"]) == "missing"
+    rec = make_record(device_class="h100", source_digest=demo.digest())
+    rec["provenance"]["device_class"] = "h100"
+    path = tmp_path / "b" / "kernel_fusion" / "h100.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(rec))
+    assert gpu_campaign.freshness(demo, "h100", [tmp_path / "a", tmp_path / "b"]) == \
+        catalog.record_freshness(demo, "h100", tmp_path / "b")
+
+
+def test_no_commit_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    monkeypatch.delenv("MM_SOURCE_COMMIT", raising=False)
+    monkeypatch.setattr(gpu_campaign, "resolve_commit", lambda asked: asked)
+    with pytest.raises(SystemExit) as e:
+        gpu_campaign.main(["--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert e.value.code == 2
+
+
+def test_estimates_cover_every_demo_of_the_four_topics():
+    demos = catalog.discover()
+    mine = [n for n, d in demos.items() if d.path.parent.name in ("t1_frameworks", "t2_pipeline", "t3_compiler", "t6_inference")]
+    assert set(mine) <= set(gpu_campaign.ESTIMATES_S), set(mine) - set(gpu_campaign.ESTIMATES_S)
+    assert all(seconds > 0 and how for seconds, how in gpu_campaign.ESTIMATES_S.values())
+
+
+def test_gpu_markers_put_pages_with_gpu_claims_first():
+    counts = gpu_campaign.gpu_marker_counts()
+    assert counts.get("kernel_fusion", 0) > 0
+
+
+# -- gpu_unpack ----------------------------------------------------------------------------------------
+
+def _archive(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _gpu_record(**overrides) -> dict:
+    rec = make_record(device_class="h100", **overrides)
+    rec["provenance"].update(device_class="h100", device_kind="cuda", device_name="NVIDIA H100 80GB HBM3")
+    return rec
+
+
+def test_unpack_copies_valid_records_and_refuses_the_rest(tmp_path):
+    good = _gpu_record()
+    fixture = {**_gpu_record(), "fixture": True}
+    archive = _archive(tmp_path / "records.tar.gz", {
+        "docs/results/kernel_fusion/h100.json": json.dumps(good).encode(),
+        "docs/results/kernel_fusion/h200.json": json.dumps(good).encode(),  # class differs from its name
+        "docs/results/autotune/h100.json": b"{not json",
+        "docs/results/launch_overhead/h100.json": json.dumps({**fixture, "demo": "launch_overhead"}).encode(),
+        "../../etc/passwd": b"x",
+    })
+    out = tmp_path / "results"
+    copied, refused = gpu_unpack.unpack(archive, out)
+    assert [Path(c.split(" ")[0]).name for c in copied] == ["h100.json"]
+    assert json.loads((out / "kernel_fusion" / "h100.json").read_text())["device_class"] == "h100"
+    assert len(refused) == 4 and not (out / "autotune").exists() and not (out / "launch_overhead").exists()
+    assert any("device class" in r for r in refused) and any("fixture" in r for r in refused)
+    assert any(r.startswith("../../etc/passwd") for r in refused)
+    assert all("\n" not in r for r in refused)
+
+
+def test_unpack_cli_exit_codes(tmp_path):
+    import subprocess
+
+    archive = _archive(tmp_path / "r.tar.gz", {"docs/results/kernel_fusion/h100.json": json.dumps(_gpu_record()).encode()})
+    ok = subprocess.run([sys.executable, "-m", "scripts.gpu_unpack", str(archive), "--results-dir", str(tmp_path / "res")],
+                        cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    missing = subprocess.run([sys.executable, "-m", "scripts.gpu_unpack", str(tmp_path / "nope.tar.gz")],
+                             cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
