@@ -1,0 +1,31 @@
+"""Distillation at the tiny size: the loss is zero for identical logits and equals T^2 KL, the
+teacher is more accurate than the student alone, and the student is smaller and faster at a
+large batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory):
+    return run_demo("demos.t5_compression.distillation", tmp_path_factory.mktemp("results"))
+
+
+def test_loss_checks(rec):
+    names = {c["name"] for c in rec["checks"]}
+    assert {"kd_loss.zero_when_equal.T1", "kd_loss.soft_term.T4"} <= names
+    assert all(c["passed"] for c in rec["checks"])
+
+
+def test_teacher_student(rec):
+    m = rec["metrics"]
+    assert m["teacher.acc"]["value"] > m["all_labels.alone.acc"]["value"]
+    assert m["student.params"]["value"] * 10 < m["teacher.params"]["value"]
+    assert m["teacher.off_top_mass.T4"]["value"] > m["teacher.off_top_mass.T1"]["value"]  # temperature softens
+    assert m["few_labels.distilled_T4.acc"]["value"] > m["few_labels.alone.acc"]["value"]
+    assert m["train_cost.distilled_over_alone"]["value"] > 1

@@ -1,0 +1,45 @@
+"""PTQ at the tiny size: the simulated quantizer equals integer arithmetic, INT8 stays close to fp32,
+the outlier channel ruins per-tensor INT8 but not per-channel, sizes follow bytes per weight, and
+the ONNX Runtime files are smaller and still accurate."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory):
+    return run_demo("demos.t5_compression.ptq", tmp_path_factory.mktemp("results"))
+
+
+def test_checks_pass(rec):
+    names = {c["name"] for c in rec["checks"]}
+    assert {"w8a8_simulated_equals_integer.per_tensor", "w8a8_simulated_equals_integer.per_channel",
+            "w8_per_channel_close_to_fp32", "outlier_model_is_the_same_function", "onnx_fp32_equals_torch"} <= names
+    assert all(c["passed"] for c in rec["checks"])
+
+
+def test_int8_accuracy_and_outlier(rec):
+    m = rec["metrics"]
+    assert m["w8_per_channel.logit_rel_error"]["value"] < 0.01
+    assert abs(m["acc.w8_per_channel"]["value"] - m["acc.fp32"]["value"]) < 0.01
+    assert m["outlier300.w8_per_tensor"]["value"] < 0.5  # one scaled unit ruins a per-tensor scale
+    assert m["outlier300.w8_per_channel"]["value"] > 0.9  # per-channel scales do not care
+    assert m["outlier300.w8a8_smoothed"]["value"] > m["outlier300.w8a8_per_tensor_act"]["value"] - 0.005
+
+
+def test_sizes(rec):
+    m = rec["metrics"]
+    assert m["bytes.fp32"]["value"] == 2 * m["bytes.bf16"]["value"]
+    assert 3.5 < m["bytes.fp32_over_int8"]["value"] < 4
+    assert m["onnx.ort_static_int8.bytes"]["value"] < m["onnx.fp32.bytes"]["value"] / 2
+    assert m["onnx.ort_dynamic_int8.bytes"]["value"] < m["onnx.fp32.bytes"]["value"] / 2
+
+
+def test_calibration_few_samples_clip_more(rec):
+    m = rec["metrics"]
+    assert m["calib.minmax.n1.clipped"]["value"] > m["calib.minmax.n256.clipped"]["value"]
