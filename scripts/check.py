@@ -25,7 +25,8 @@ from scripts import catalog
 from scripts.claims import judge, known_device, target_devices
 from scripts.markers import MarkerError, find
 from scripts.render import fmt_number, fmt_pair
-from scripts.site_pages import FRONT_MATTER, FrontMatterError, front_matter, split_sections
+from scripts.site_pages import (FRONT_MATTER, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
+                                spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
 REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
@@ -204,6 +205,8 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
             if not re.search(r"\((easy|medium|hard)\)\s*$", line):
                 report.error(f"{where}: question without a difficulty: {line[:70]!r}; end it with (easy), (medium) "
                              "or (hard)")
+    if "Questions" in sections and "30-second answer" in sections:
+        check_short_answers(report, where, sections["Questions"], sections["30-second answer"])
     if "Full answer" in sections and "??? " not in sections["Full answer"]:
         report.error(f"{where}: '## Full answer' must be collapsible: put it in a '??? abstract \"Full model answer\"' block")
     if "Follow-up questions" in sections and "??? question" not in sections["Follow-up questions"]:
@@ -212,6 +215,28 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
         for demo in page_demos if isinstance(page_demos, list) else []:
             if f"results {demo}" not in re.sub(r"\s+", " ", sections["Measured"]):
                 report.error(f"{where}: '## Measured' does not show {{{{ results {demo} }}}}")
+
+
+def check_short_answers(report: Report, where: str, questions_md: str, answers_md: str) -> None:
+    """One answer per question, in order, each starting with the question in bold and at most 90 spoken words."""
+    questions = [m.group(1) for m in map(QUESTION.match, questions_md.splitlines()) if m]
+    answers = short_answers(answers_md)
+    asked = [q for q, _ in answers]
+    for i, question in enumerate(questions):
+        if question not in asked:
+            report.error(f"{where}: '## 30-second answer' has no answer for question {i + 1}; start a paragraph with "
+                         f"the question in bold, exactly: **{question}**")
+    if [q for q in asked if q in questions] != [q for q in questions if q in asked]:
+        report.error(f"{where}: the 30-second answers are not in the order of '## Questions'")
+    for question, answer in answers:
+        if question not in questions:
+            report.error(f"{where}: 30-second answer to **{question[:60]}** matches no question of '## Questions'")
+        words = spoken_words(answer)
+        if words > SPOKEN_WORD_LIMIT:
+            report.error(f"{where}: the 30-second answer to **{question[:60]}** has {words} words; at most "
+                         f"{SPOKEN_WORD_LIMIT} (about 30 seconds spoken): keep what a candidate says first")
+        if not words:
+            report.error(f"{where}: the 30-second answer to **{question[:60]}** is empty")
 
 
 def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict],
@@ -295,12 +320,13 @@ def check_nav(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) ->
 
 
 def check_todos(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) -> None:
-    """Scaffolded text still to write: a warning per file, with the first line to look at."""
-    files = sorted((docs_dir / "topics").glob("*.md")) + [d.path for d in demos.values()]
+    """Scaffolded text still to write: a warning for every line with a TODO, in pages, demos and their tests."""
+    tests = [REPO_ROOT / "tests" / f"test_{name}.py" for name in demos]
+    files = sorted((docs_dir / "topics").glob("*.md")) + [d.path for d in demos.values()] + [t for t in tests if t.exists()]
     for path in files:
-        lines = [i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if "TODO" in line]
-        if lines:
-            report.warn(f"{rel(path)}:{lines[0]}: {len(lines)} TODO marker(s) left to write")
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "TODO" in line:
+                report.warn(f"{rel(path)}:{i}: TODO left to write: {line.strip()[:80]}")
 
 
 def main(argv: list[str] | None = None) -> int:

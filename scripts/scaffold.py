@@ -11,24 +11,26 @@ TODOs left to write.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import REPO_ROOT
+from demos.harness.paths import REPO_ROOT, RESULTS_DIR
 from scripts import catalog
 
 PAGE = '''---
-title: {title}
+title: {title_yaml}
 difficulty: medium
 tags: [TODO-area]
 topic: {topic}
 demos: [{demo}]
 ---
 
-# {title}
+# {title_md}
 
 ## Questions
 
@@ -36,10 +38,9 @@ demos: [{demo}]
 
 ## 30-second answer
 
-- TODO: scope in one sentence (training or inference? one GPU or many? latency or throughput?).
-- TODO: the layers or boundaries, and what is gained or lost at each.
-- TODO: the trade-off and the failure mode.
-- TODO: what to measure, and what the demo below measured.
+**TODO: the question as an interviewer asks it?** TODO: at most 90 words, what you would say first:
+the scope in one sentence, the mechanism, the trade-off and its failure mode, and one measured number
+through a marker.
 
 ## Full answer
 
@@ -72,7 +73,7 @@ claims with `{{{{ claim {demo} @cpu NAME > NUMBER }}}}`.
 '''
 
 DEMO = '''# %% [markdown]
-# # {title}
+# # Demo: {title_md}
 #
 # TODO: the idea in two lines.
 
@@ -81,7 +82,7 @@ import torch
 
 from demos.harness.run import start
 
-run = start("{demo}", title="{title}", sizes={{"tiny": 2**10, "small": 2**20, "full": 2**26}})
+run = start("{demo}", title={title_py}, sizes={{"tiny": 2**10, "small": 2**23, "full": 2**26}})
 device = run.torch_device
 
 # %% [markdown]
@@ -113,42 +114,55 @@ timing = run.time(lambda: candidate(a, b))
 run.metric("candidate.median_us", timing.median_s * 1e6, "us", label="TODO: what this measures")
 moved = 3 * a.numel() * a.element_size()
 run.metric("candidate.gbps", moved / timing.median_s / 1e9, "GB/s", ceiling="copy_bandwidth",
-           label="TODO: effective bandwidth of the placeholder")
+           cache_resident=run.cache_resident(moved), label="TODO: effective bandwidth of the placeholder")
 run.save()
 '''
 
-TEST = '''"""{title}: the demo runs at the tiny size, its checks pass and its metrics are there."""
-
-import subprocess
-import sys
+TEST = '''"""The {demo} demo at its tiny size: its checks pass and its results say what the page claims."""
 
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import demo_record, metric
 
 pytestmark = pytest.mark.slow
 
+tiny = demo_record("{module}")
 
-def test_{demo}_runs_and_checks_pass(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "{module}", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    rec = record.load(tmp_path / "{demo}" / "cpu.json")
-    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
-    assert rec["metrics"]["candidate.median_us"]["value"] > 0  # TODO: assert on this topic's own results
+
+def test_every_check_passed(tiny):
+    assert tiny["checks"] and all(c["passed"] for c in tiny["checks"])
+
+
+def test_the_result_the_page_rests_on(tiny):
+    # TODO: assert on this topic's own result, something that fails when the demo is wrong
+    assert metric(tiny, "candidate.gbps") > 0
 '''
 
 
 def add_to_nav(mkdocs_yml: Path, title: str, page_uri: str, demo_uri: str) -> None:
     text = mkdocs_yml.read_text(encoding="utf-8")
-    for section, entry in (("Topics", f"      - {title!r}: {page_uri}\n"),
+    for section, entry in (("Topics", f"      - {json.dumps(title)}: {page_uri}\n"),
                            ("Demo notebooks", f"      - {Path(demo_uri).name!r}: {demo_uri}\n")):
         m = re.search(rf"^  - {section}:\n((?:      - .*\n)*)", text, re.M)
         if not m:
             fail(f"mkdocs.yml has no '  - {section}:' section in its nav; add {page_uri} by hand")
         text = text[:m.end()] + entry + text[m.end():]
     mkdocs_yml.write_text(text, encoding="utf-8")
+
+
+def refuse_bad_title(title: str) -> None:
+    if not title.strip():
+        fail("--title is empty")
+    if any(ord(c) < 32 for c in title):
+        fail("--title holds a newline or a control character; write it on one line")
+    if len(title) > 120:
+        fail(f"--title is {len(title)} characters long; keep it under 120")
+
+
+def title_values(title: str) -> dict:
+    """The title as each file needs it: a YAML double-quoted scalar (JSON is valid YAML), a Python string
+    literal, and Markdown text (one line, so it cannot open a block)."""
+    return {"title_yaml": json.dumps(title), "title_py": repr(title), "title_md": title}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,22 +189,42 @@ def main(argv: list[str] | None = None) -> int:
         if path.exists():
             fail(f"{path.relative_to(REPO_ROOT)} exists already; nothing was created")
     module = ".".join(demo.relative_to(REPO_ROOT).with_suffix("").parts)
-    values = {"title": args.title, "topic": args.topic, "demo": args.demo, "module": module}
+    refuse_bad_title(args.title)
+    values = {**title_values(args.title), "topic": args.topic, "demo": args.demo, "module": module}
+    texts = {page: PAGE.format(**values), demo: DEMO.format(**values), test: TEST.format(**values)}
+    compile(texts[demo], str(demo), "exec")  # a template bug must never leave a demo that cannot parse
+    compile(texts[test], str(test), "exec")
 
-    topic_dir.mkdir(parents=True, exist_ok=True)
-    (topic_dir / "__init__.py").touch()
-    page.write_text(PAGE.format(**values), encoding="utf-8")
-    demo.write_text(DEMO.format(**values), encoding="utf-8")
-    test.write_text(TEST.format(**values), encoding="utf-8")
-    add_to_nav(REPO_ROOT / "mkdocs.yml", args.title, f"topics/{page.name}", demo.relative_to(REPO_ROOT).as_posix())
-    for path in (page, demo, test):
-        print(f"created {path.relative_to(REPO_ROOT)}")
-
-    print("running the demo once for its CPU record ...")
-    proc = subprocess.run([sys.executable, "-m", module, "--device", "cpu"], cwd=REPO_ROOT)
-    if proc.returncode != 0:
-        fail(f"the new demo failed (exit {proc.returncode}); fix {demo.relative_to(REPO_ROOT)} and run "
-             f"`python -m scripts.regen {args.demo}`")
+    # All or nothing: every file is written, the nav extended and the demo run; on any failure everything
+    # created is removed and mkdocs.yml restored, so a failed scaffold leaves the repository as it was.
+    mkdocs_yml = REPO_ROOT / "mkdocs.yml"
+    nav_before = mkdocs_yml.read_text(encoding="utf-8")
+    created: list[Path] = [p for p in (page.parent, topic_dir, topic_dir / "__init__.py") if not p.exists()]
+    record_dir = RESULTS_DIR / args.demo
+    try:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        topic_dir.mkdir(parents=True, exist_ok=True)
+        (topic_dir / "__init__.py").touch()
+        for path, text in texts.items():
+            path.write_text(text, encoding="utf-8")
+            created.append(path)
+            print(f"created {path.relative_to(REPO_ROOT)}")
+        add_to_nav(mkdocs_yml, args.title, f"topics/{page.name}", demo.relative_to(REPO_ROOT).as_posix())
+        print("running the demo once for its CPU record ...")
+        proc = subprocess.run([sys.executable, "-m", module, "--device", "cpu"], cwd=REPO_ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the new demo failed (exit {proc.returncode})")
+    except BaseException as e:
+        for path in reversed(created):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        shutil.rmtree(record_dir, ignore_errors=True)
+        mkdocs_yml.write_text(nav_before, encoding="utf-8")
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        fail(f"scaffold undone, nothing was left behind: {e}")
     print("done: `make check` passes and lists the TODOs; write the answer, then `make serve`.")
     return 0
 

@@ -1,8 +1,9 @@
 """Pages generated from the topic pages, never a second copy of them.
 
 - the home page's topic map and study plans (docs/curriculum.yml + each page's front matter);
-- the cheat sheet: every topic's 30-second answer, in one printable page;
-- the practice cards: every question and follow-up, with its answer, as JSON for docs/assets/practice.js;
+- the cheat sheet: every topic's formulas, rules of thumb and measured numbers, two printed pages;
+- the practice cards: every question (with its own 30-second answer and measured number) and follow-up,
+  as JSON for docs/assets/practice.js;
 - the glossary page, from docs/includes/glossary.md (the same file that makes the tooltips).
 
 A page asks for one with an HTML comment placeholder (<!-- mm:topic-map -->, ...), which
@@ -103,6 +104,29 @@ def parse_topic(path: Path) -> TopicPage:
     return page
 
 
+ANSWER_START = re.compile(r"^\*\*(.+?)\*\*\s*(.*)$", re.S)
+MARKER_WORDS = re.compile(r"\{\{\s*(metric|claim)\b.*?\}\}", re.S)
+SPOKEN_WORD_LIMIT = 90  # about 30 seconds spoken
+
+
+def short_answers(section: str) -> list[tuple[str, str]]:
+    """The 30-second answers of a page: (question, answer Markdown) for every paragraph of the section
+    that starts with the question in bold, in order."""
+    found = []
+    for paragraph in re.split(r"\n\s*\n", section.strip()):
+        m = ANSWER_START.match(paragraph.strip())
+        if m:
+            found.append((m.group(1).strip(), m.group(2).strip()))
+    return found
+
+
+def spoken_words(answer: str) -> int:
+    """Words a candidate says: a {{ metric }} marker is a number and its unit (2 words), a claim about 6."""
+    text = MARKER_WORDS.sub(lambda m: " x x " if m.group(1) == "metric" else " x x x x x x ", answer)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's text, not its address
+    return len(re.findall(r"[A-Za-z0-9][\w'.%/+-]*", text))
+
+
 def topic_pages(docs: Path = DOCS) -> list[TopicPage]:
     return sorted((parse_topic(p) for p in (docs / "topics").glob("*.md")),
                   key=lambda t: (int(t.topic[1:]) if t.topic[1:].isdigit() else 99, t.title))
@@ -159,13 +183,66 @@ def study_plans(from_dir: str, docs: Path = DOCS) -> str:
 
 
 # -- cheat sheet ----------------------------------------------------------------------------------------------
+# What a candidate rereads in the hour before an interview, at most two printed A4 pages: per topic, the
+# formulas and rules of thumb of the page's front matter (`cheat:`, Markdown lines whose numbers are
+# markers), then the one measured number each 30-second answer rests on (its first metric marker), with
+# the record's label; and the machine balance of the datasheets, computed. Nothing is typed here.
+BALANCE_DEVICES = ("h100", "h200")
+
+
+def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
+    """The first {{ metric }} marker of a Markdown fragment whose device has a record: (the marker, the
+    metric's label from that record), or None when the fragment quotes no measured number."""
+    from scripts import catalog
+    from scripts.markers import find
+
+    for m in find(answer):
+        if m.kind != "metric":
+            continue
+        rec = catalog.load_records(m.demo).get(m.device)
+        metric = rec.metrics.get(m.metric.name) if rec is not None else None
+        if metric is None:
+            continue
+        marker = f"{{{{ metric {m.demo} {m.metric} @{m.device} }}}}"
+        label = metric.label + (" (fraction of its same-run ceiling)" if m.metric.fraction else "")
+        return marker, label
+    return None
+
+
+def machine_balance() -> str:
+    """FLOPs per byte at the ridge of the roofline, computed from scripts/datasheets.toml."""
+    from scripts import catalog
+
+    sheets = catalog.datasheets()
+    rows = []
+    for device in BALANCE_DEVICES:
+        sheet = sheets.get(device)
+        if not sheet:
+            continue
+        bw = sheet["memory_gbps"]
+        for dtype in ("bfloat16", "float32"):
+            peak = sheet["tflops"].get(dtype)
+            if peak:
+                rows.append(f"{sheet['label']} {dtype} {peak:g} TFLOP/s over {bw / 1000:g} TB/s: "
+                            f"**{peak * 1e12 / (bw * 1e9):.0f} FLOP/byte**")
+    return "Ridge point (datasheet peak / bandwidth): " + "; ".join(rows) + "."
+
+
 def cheat_sheet(from_dir: str, docs: Path = DOCS) -> str:
-    out = []
+    out = [machine_balance(), ""]
     for p in topic_pages(docs):
-        questions = "; ".join(q for q, _ in p.questions[:2])
-        out.append(f"## {p.topic}. {p.title}\n\n*{questions}* ([full answer]({_link(p, from_dir)}))\n\n"
-                   f"{relink(p.sections.get('30-second answer', '').strip(), p, from_dir)}\n")
-    return "\n".join(out) or "No topic pages yet."
+        out.append(f"## {p.topic}. {p.title} [→]({_link(p, from_dir)})\n")
+        meta, _ = front_matter((docs / p.src_uri).read_text(encoding="utf-8"), f"docs/{p.src_uri}")
+        lines = str(meta.get("cheat") or "").strip()
+        if lines:
+            out.append(relink(lines, p, from_dir) + "\n")
+        measured = [first_metric(a, docs) for _, a in short_answers(p.sections.get("30-second answer", ""))]
+        measured = [m for m in measured if m]
+        if measured:
+            out.append("*Measured:*\n")
+            out += [f"- {label}: {marker}" for marker, label in dict.fromkeys(measured)]
+            out.append("")
+    return "\n".join(out)
 
 
 # -- practice cards ---------------------------------------------------------------------------------------------
@@ -174,8 +251,10 @@ def card_id(page: TopicPage, question: str) -> str:
 
 
 def practice_cards(to_html, url_dir: str, docs: Path = DOCS) -> list[dict]:
-    """Every question (answer: the 30-second answer) and follow-up (its answer) of every topic page.
+    """Every question (answer: its own 30-second answer) and follow-up (its answer) of every topic page.
 
+    A question card also carries the one measured number its answer rests on (the answer's first
+    metric marker, with the record's label and the device), or "" when it quotes none.
     ``to_html(markdown, page)`` turns a Markdown fragment of a page into HTML (markers expanded);
     ``url_dir`` is the practice page's own URL folder ("practice" for practice.md), since links in
     the cards' HTML are not rewritten by MkDocs."""
@@ -184,13 +263,22 @@ def practice_cards(to_html, url_dir: str, docs: Path = DOCS) -> list[dict]:
     for p in topic_pages(docs):
         url = posixpath.relpath(p.src_uri.removesuffix(".md"), from_dir or ".") + "/"
         base = {"topic": p.topic, "topic_title": p.title, "url": url}
-        short = to_html(relink(p.sections.get("30-second answer", ""), p, from_dir, as_url=True), p)
+        section = p.sections.get("30-second answer", "")
+        answers = dict(short_answers(section))
+        whole = None  # a page not yet in the one-answer-per-question format: its whole section
         for question, difficulty in p.questions:
+            answer = answers.get(question)
+            if answer is None:
+                whole = whole or to_html(relink(section, p, from_dir, as_url=True), p)
+            found = first_metric(answer, docs) if answer else None
+            measured = "" if found is None else to_html(f"{found[0]} — {found[1]}", p)
             cards.append({**base, "id": card_id(p, question), "kind": "question", "difficulty": difficulty,
-                          "question": html.escape(question), "answer": short})
+                          "question": html.escape(question), "measured": measured,
+                          "answer": whole if answer is None else to_html(relink(answer, p, from_dir, as_url=True), p)})
         for question, answer in p.follow_ups:
             cards.append({**base, "id": card_id(p, question), "kind": "follow-up", "difficulty": p.difficulty,
-                          "question": html.escape(question), "answer": to_html(relink(answer, p, from_dir, as_url=True), p)})
+                          "question": html.escape(question), "measured": "",
+                          "answer": to_html(relink(answer, p, from_dir, as_url=True), p)})
     return cards
 
 

@@ -111,6 +111,26 @@ def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", ti
     return record.load(results_dir / demo / "cpu.json")
 
 
+def demo_record(module: str, *extra: str, size: str = "tiny", **kwargs):
+    """The one fixture factory for demo tests: ``tiny = demo_record("demos.t3_compiler.kernel_fusion")`` in a
+    test module gives a module-scoped fixture ``tiny``, the record of one run of the demo (through run_demo)."""
+
+    @pytest.fixture(scope="module")
+    def _record(tmp_path_factory):
+        return run_demo(module, tmp_path_factory.mktemp("results"), *extra, size=size, **kwargs)
+
+    return _record
+
+
+def metric(rec: dict, name: str) -> float:
+    """A metric's value in a record."""
+    return rec["metrics"][name]["value"]
+
+
+def checks_by_name(rec: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in rec["checks"]}
+
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 
 

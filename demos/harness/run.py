@@ -104,6 +104,16 @@ class Run:
         """Threads the demo's work runs with (on a GPU run: the host's, for host-side libraries)."""
         return self.thread_limit.threads if self.thread_limit else self.machine_threads
 
+    def cache_resident(self, working_set_bytes: int, flush: bool | None = None) -> bool:
+        """Whether a kernel touching this many bytes is timed from a cache rather than from memory: on a
+        CPU when it fits in the last-level cache; on a GPU only when timed without the L2 flush and it
+        fits in L2. Pass the answer to ``metric(..., cache_resident=...)`` for its bandwidth."""
+        if self.device.is_gpu:
+            flushed = self.settings.flush_l2 if flush is None else flush
+            return not flushed and working_set_bytes <= self.device.l2_bytes
+        llc = provenance.cpu_llc_bytes()
+        return llc is not None and working_set_bytes <= llc
+
     def time(self, fn, flush: bool | None = None) -> Timing:
         """Time fn() with the harness protocol (first call apart, warm-up, repeats, L2 flush on GPU).
 
