@@ -219,3 +219,20 @@ def test_unpack_cli_exit_codes(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "scripts.gpu_unpack", str(tmp_path / "nope.tar.gz")],
                              cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
+
+
+def test_fixture_records_are_valid_marked_and_never_published():
+    from demos.harness import record
+
+    fixtures = sorted((REPO / "tests" / "fixtures" / "records").glob("*/h100.json"))
+    assert {p.parent.name for p in fixtures} >= {"kernel_fusion", "attention_cost"}
+    for path in fixtures:
+        rec = record.load(path)
+        assert rec["fixture"] is True and rec["title"].startswith("FIXTURE")
+        assert rec["provenance"]["device_name"] == "FIXTURE (not a measurement)"
+        assert rec["demo"] in catalog.discover() and rec["device_class"] == path.stem == "h100"
+        for name, metric in rec["metrics"].items():  # shaped like the real thing: fractions agree with the ceilings
+            if "ceiling" in metric:
+                assert abs(metric["fraction_of_ceiling"] - metric["value"] / rec["ceilings"][metric["ceiling"]]["value"]) < 1e-9
+        assert not (REPO / "docs" / "results" / rec["demo"] / "h100.json").exists() or \
+            not json.loads((REPO / "docs" / "results" / rec["demo"] / "h100.json").read_text()).get("fixture")
