@@ -67,6 +67,7 @@ def on_page_content(html, page, config, files):
     demo = render.demo_of_page(page.file.src_uri)
     if demo is None:
         return html
+    html = render.without_remote_scripts(html)  # nbconvert's template would import mermaid from a CDN
     edit_uri = config.get("edit_uri") or ""
     if edit_uri.endswith("/docs/"):  # the demo lives outside docs/, so "edit this page" must point there
         page.edit_url = edit_uri.removesuffix("docs/") + page.file.src_uri

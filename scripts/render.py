@@ -230,6 +230,15 @@ def demo_page_header(demo: catalog.Demo, page_src_uri: str) -> str:
             f'Shown on: {topic_links}.</p></div>')
 
 
+REMOTE_SCRIPT = re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https?://(?:(?!</script>).)*</script>", re.S | re.I)
+
+
+def without_remote_scripts(html_text: str) -> str:
+    """Drop every inline script that would fetch code from another host (nbconvert's notebook template
+    carries a conditional import of mermaid from a CDN): the site requests nothing from other hosts."""
+    return REMOTE_SCRIPT.sub("", html_text)
+
+
 # -- inline metrics and claims --------------------------------------------------------------------
 PENDING = "mm-pending"  # a metric of a device without a record: one notice per section says so
 

@@ -62,6 +62,63 @@ def make_record(**overrides) -> "Record":
     return Record(rec)
 
 
+TOPIC = """---
+title: Test topic
+difficulty: medium
+tags: [test]
+demos: [kernel_fusion]
+---
+
+# Test topic
+
+## Questions
+- Why? (easy)
+
+## 30-second answer
+**Why?** Because.
+
+## Full answer
+??? abstract "Full model answer"
+    Long answer.
+
+## Measured
+{{ results kernel_fusion }}
+
+CLAIM
+
+## Follow-up questions
+??? question "And then?"
+    Then this.
+
+## Pitfalls
+- Saying so.
+
+## Further reading
+- A paper.
+"""
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A results folder with a fresh CPU record of the real kernel-fusion demo (the only demo the
+    check sees here), and a docs folder with one topic."""
+    from scripts import catalog, check
+
+    results, docs = tmp_path / "results", tmp_path / "docs"
+    (docs / "topics").mkdir(parents=True)
+    fusion = catalog.discover()["kernel_fusion"]
+    monkeypatch.setattr(check.catalog, "discover", lambda: {"kernel_fusion": fusion})
+    digest = fusion.digest()
+    write_record(results, make_record(source_digest=digest))
+
+    def run(claim: str = "", page: str | None = None) -> tuple[int, str]:
+        (docs / "topics" / "t.md").write_text((page or TOPIC).replace("CLAIM", claim))
+        return check.main(["--results-dir", str(results), "--docs-dir", str(docs)]), ""
+
+    run.results, run.docs, run.digest = results, docs, digest
+    return run
+
+
 def write_record(results_dir: Path, rec: dict) -> Path:
     path = results_dir / rec["demo"] / f"{rec['device_class']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,63 +6,8 @@ import time
 
 import pytest
 
-from conftest import make_record, write_record
+from conftest import TOPIC, make_record, write_record
 from scripts import catalog, check
-
-TOPIC = """---
-title: Test topic
-difficulty: medium
-tags: [test]
-demos: [kernel_fusion]
----
-
-# Test topic
-
-## Questions
-- Why? (easy)
-
-## 30-second answer
-- Because.
-
-## Full answer
-??? abstract "Full model answer"
-    Long answer.
-
-## Measured
-{{ results kernel_fusion }}
-
-CLAIM
-
-## Follow-up questions
-??? question "And then?"
-    Then this.
-
-## Pitfalls
-- Saying so.
-
-## Further reading
-- A paper.
-"""
-
-
-@pytest.fixture
-def site(tmp_path, monkeypatch):
-    """A results folder with a fresh CPU record of the real kernel-fusion demo (the only demo the
-    check sees here), and a docs folder with one topic."""
-    results, docs = tmp_path / "results", tmp_path / "docs"
-    (docs / "topics").mkdir(parents=True)
-    fusion = catalog.discover()["kernel_fusion"]
-    monkeypatch.setattr(check.catalog, "discover", lambda: {"kernel_fusion": fusion})
-    digest = fusion.digest()
-    write_record(results, make_record(source_digest=digest))
-
-    def run(claim: str = "", page: str | None = None) -> tuple[int, str]:
-        (docs / "topics" / "t.md").write_text((page or TOPIC).replace("CLAIM", claim))
-        return check.main(["--results-dir", str(results), "--docs-dir", str(docs)]), ""
-
-    run.results, run.docs, run.digest = results, docs, digest
-    return run
-
 
 def test_clean_site_passes(site, capsys):
     code, _ = site("{{ claim kernel_fusion @cpu chain.compiled.speedup_largest >= 1.5 }}")
@@ -163,4 +108,4 @@ def test_todo_markers_are_warnings(site, capsys):
     code, _ = site(page=TOPIC.replace("- Saying so.", "- TODO: a pitfall."))
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert "t.md:" in out.out and "1 TODO marker(s) left to write" in out.out
+    assert "t.md:" in out.out and "TODO left to write: - TODO: a pitfall." in out.out

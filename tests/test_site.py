@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
+
+from conftest import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +35,20 @@ def test_no_request_to_other_hosts_in_the_built_pages(built_site):
     site, _ = built_site
     for page in site.rglob("*.html"):
         text = page.read_text()
-        for host in ("fonts.googleapis.com", "fonts.gstatic.com", "cdn.jsdelivr.net", "unpkg.com"):
-            assert host not in text, f"{page} loads from {host}"
+        for host in ("fonts.googleapis.com", "fonts.gstatic.com", "cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com"):
+            assert host not in text, f"{page} loads from {host}"  # even a conditional import (nbconvert's mermaid)
+        for m in re.finditer(r"<script\b[^>]*>(.*?)</script>", text, re.S):
+            assert not re.search(r"import\(\s*[\"']https?://", m.group(1)), f"{page} imports a script from another host"
+
+
+def test_404_links_follow_the_site_url_under_a_sub_path(tmp_path):
+    """A deployment under a sub-path sets SITE_URL; the 404 page's absolute links then stay inside the site."""
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--site-dir", str(site)], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "SITE_URL": "https://example.org/sub/", "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    links = re.findall(r'(?:href|src)="(/[^"]*)"', (site / "404.html").read_text())
+    assert links and all(link.startswith("/sub/") for link in links), links[:10]
 
 
 def test_size_budgets(built_site):
