@@ -63,7 +63,7 @@ if gpu:
         gbps = {k: mib * 2**20 / v / 1e9 for k, v in t.items()}
         rows.append([mib] + [round(gbps[k], 1) for k in t] + [round(gbps["h2d pinned"] / LINK_GBPS, 2)])
         for k, v in gbps.items():
-            run.metric(f"{k.replace(' ', '_')}.{mib}mib.gbps", v, "GB/s", label=f"{k}, {mib} MiB")
+            run.metric(f"{k.replace(' ', '_')}.{mib}mib.gbps", v, "GB/s", label=f"{k}, {mib} MiB", kind="link")
     run.table("bandwidth", f"Host-device copy bandwidth (GB/s); link rating {LINK_GBPS} GB/s per direction (PCIe Gen5 x16)",
               ["MiB", "H2D pageable", "H2D pinned", "D2H pageable", "D2H pinned", "H2D pinned / rating"], rows)
     run.metric("h2d_pinned_fraction_of_link", rows[-1][2] / LINK_GBPS, "fraction",
