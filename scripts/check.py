@@ -22,10 +22,10 @@ from demos.harness import record
 from demos.harness.errors import OneLineParser
 from demos.harness.paths import REPO_ROOT, RESULTS_DIR
 from scripts import catalog
-from scripts.claims import judge, known_device, target_devices
+from scripts.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
 from scripts.markers import MarkerError, find
 from scripts.render import fmt_number, fmt_pair
-from scripts.site_pages import (FRONT_MATTER, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
+from scripts.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
                                 spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
@@ -279,10 +279,17 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
             if marker.kind == "claim":
                 claims += 1
                 for v in judge(marker, recs):
+                    lhs, rhs = fmt_pair(v.lhs, v.rhs) if v.lhs is not None else ("", "")
                     if v.status == "contradicted":
-                        lhs, rhs = fmt_pair(v.lhs, v.rhs)
                         report.error(f"{marker.source}: contradicted on {catalog.device_label(v.device_class)}: "
                                      f"{lhs} {marker.op} {rhs} is false")
+                    room = margin(v, marker.op)
+                    timed = v.device_class in recs and any(timing_based(recs[v.device_class], side)
+                                                           for side in (marker.lhs, marker.rhs))
+                    if v.device_class == "cpu" and timed and room is not None and room < MARGIN_RULE:
+                        report.warn(f"{marker.source}: holds on CPU with only {room:.2f}x room ({lhs} {marker.op} "
+                                    f"{rhs}); CI re-measures on a busy machine, so state it with >= {MARGIN_RULE}x "
+                                    f"room (`python -m scripts.margins {marker.demo}` shows the spread over runs)")
     return claims
 
 
@@ -300,7 +307,7 @@ def nav_entries(mkdocs_yml: Path) -> set[str]:
             for value in node.values():
                 walk(value)
 
-    walk((yaml.safe_load(mkdocs_yml.read_text(encoding="utf-8")) or {}).get("nav", []))
+    walk(mkdocs_config(mkdocs_yml).get("nav", []))
     return found
 
 

@@ -68,3 +68,29 @@ def judge(claim: Marker, records: dict[str, Record]) -> list[Verdict]:
         holds = COMPARE[claim.op](sides[0], sides[1])
         verdicts.append(Verdict(device_class, "holds" if holds else "contradicted", sides[0], sides[1]))
     return verdicts
+
+
+MARGIN_RULE = 1.4  # a CPU claim must hold with this much room: CI re-measures on a busy machine
+
+
+TIME_UNITS = {"ns", "us", "µs", "ms", "s"}
+TIMING_WORDS = ("time", "speed", "faster", "slower", "latency", "throughput", "per second")
+
+
+def timing_based(rec: Record, ref) -> bool:
+    """Whether a claim side moves with the machine's load: a duration, a rate, or a ratio of timings (its
+    label speaks of time or speed). Counts, bytes and accuracies are the same in every run."""
+    if not isinstance(ref, MetricRef) or ref.name not in rec.metrics:
+        return False
+    m = rec.metrics[ref.name]
+    if m.unit in TIME_UNITS or m.unit.endswith("/s") or ref.fraction:
+        return True
+    return m.unit == "x" and any(word in m.label.lower() for word in TIMING_WORDS)
+
+
+def margin(v: Verdict, op: str) -> float | None:
+    """How much room a holding claim has: the factor by which its sides could move toward each other before
+    it flips (lhs / rhs for > and >=, rhs / lhs for < and <=). None when the sides are not both positive."""
+    if v.status != "holds" or v.lhs is None or v.rhs is None or v.lhs <= 0 or v.rhs <= 0:
+        return None
+    return v.lhs / v.rhs if op in (">", ">=") else v.rhs / v.lhs

@@ -45,6 +45,26 @@ class TopicPage:
     follow_ups: list[tuple[str, str]] = field(default_factory=list)  # (question, answer Markdown)
 
 
+class _MkDocsLoader(yaml.SafeLoader):
+    """mkdocs.yml as MkDocs reads it: !ENV [NAME, default] gives the variable's value or the default."""
+
+
+def _env_tag(loader, node):
+    import os
+
+    names = loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else [loader.construct_scalar(node)]
+    *variables, default = names if len(names) > 1 else (*names, None)
+    return next((os.environ[v] for v in variables if v in os.environ), default)
+
+
+_MkDocsLoader.add_constructor("!ENV", _env_tag)
+
+
+def mkdocs_config(path: Path = REPO_ROOT / "mkdocs.yml") -> dict:
+    """The parsed mkdocs.yml (nav, markdown extensions), for the check and the tests."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_MkDocsLoader) or {}
+
+
 class FrontMatterError(ValueError):
     """Front matter that is missing or not valid YAML; the message names the file, the line and the fix."""
 
@@ -231,13 +251,15 @@ def machine_balance() -> str:
 def cheat_sheet(from_dir: str, docs: Path = DOCS) -> str:
     out = [machine_balance(), ""]
     for p in topic_pages(docs):
-        out.append(f"## {p.topic}. {p.title} [→]({_link(p, from_dir)})\n")
         meta, _ = front_matter((docs / p.src_uri).read_text(encoding="utf-8"), f"docs/{p.src_uri}")
         lines = str(meta.get("cheat") or "").strip()
-        if lines:
-            out.append(relink(lines, p, from_dir) + "\n")
         measured = [first_metric(a, docs) for _, a in short_answers(p.sections.get("30-second answer", ""))]
         measured = [m for m in measured if m]
+        if not lines and not measured:
+            continue  # a page with neither yet: nothing to reread
+        out.append(f"## {p.topic}. {p.title} [→]({_link(p, from_dir)})\n")
+        if lines:
+            out.append(relink(lines, p, from_dir) + "\n")
         if measured:
             out.append("*Measured:*\n")
             out += [f"- {label}: {marker}" for marker, label in dict.fromkeys(measured)]

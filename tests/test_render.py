@@ -10,6 +10,7 @@ import yaml
 
 from conftest import REPO, make_record
 from scripts import render
+from scripts.site_pages import mkdocs_config
 from scripts.markers import find, parse
 
 DIGEST = "sha256:" + "0" * 64
@@ -18,7 +19,7 @@ OTHER_DIGEST = "sha256:" + "1" * 64
 
 def site_markdown(text: str) -> str:
     """Convert with exactly the Markdown extensions the site uses (read from mkdocs.yml)."""
-    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    config = mkdocs_config(REPO / "mkdocs.yml")
     names, configs = [], {}
     for ext in config["markdown_extensions"]:
         if isinstance(ext, dict):
