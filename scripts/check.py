@@ -23,7 +23,7 @@ from demos.harness.errors import OneLineParser
 from demos.harness.paths import REPO_ROOT, RESULTS_DIR
 from scripts import catalog
 from scripts.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
-from scripts.markers import MarkerError, find
+from scripts.markers import MARKER, MarkerError, find, transform_outside_code
 from scripts.render import fmt_number, fmt_pair
 from scripts.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
                                 spoken_words, split_sections)
@@ -326,6 +326,48 @@ def check_nav(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) ->
             report.error(f"{uri} is not in mkdocs.yml's nav: add `- \"{demo.path.name}\": {uri}` under Demo notebooks")
 
 
+TYPED_UNIT = r"(?:ns|us|µs|ms|s|GB/s|TB/s|MB/s|GiB/s|TFLOP/s|GFLOP/s|TOPS|x|×|%|KiB|MiB|GiB|KB|MB|GB|TB|W|tokens/s)"
+TYPED_NUMBER = re.compile(rf"(?<![\w.\-/])(\d[\d,]*(?:\.\d+)?)\s?{TYPED_UNIT}(?![\w/])")
+
+
+def check_typed_numbers(report: Report, docs_dir: Path) -> None:
+    """A number with a unit typed into a topic page's prose, outside every marker, in a paragraph without a
+    citation link: a measurement must come from a record. Published figures stay allowed with their
+    citation (a link in the same paragraph); a computed example says how it is computed. A warning per
+    paragraph, with the numbers it found, for the reviewer to judge."""
+    for path in sorted((docs_dir / "topics").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        fm = FRONT_MATTER.match(text)
+        if fm:  # front matter is not prose: blank it, keeping the line numbers
+            text = "\n" * fm.group(0).count("\n") + text[fm.end():]
+        found: list[tuple[int, list[str]]] = []
+
+        def scan(chunk: str, offset=[0]) -> str:
+            for para in re.split(r"\n\s*\n", MARKER.sub(" ", chunk)):
+                if re.search(r"\]\(https?://", para) or para.lstrip().startswith(("<!--", "|")):
+                    continue
+                numbers = [m.group(0) for m in TYPED_NUMBER.finditer(para)]
+                if numbers:
+                    first = next((ln for ln in para.splitlines() if TYPED_NUMBER.search(ln)), para.strip())
+                    line = text.find(first.strip()[:50])
+                    found.append((text.count("\n", 0, line) + 1 if line >= 0 else 1, numbers))
+            return chunk
+
+        transform_outside_code(text, scan)
+        for line, numbers in found:
+            report.warn(f"{rel(path)}:{line}: typed number(s) {', '.join(numbers[:4])}: insert a measurement with a "
+                        "marker, or cite the published figure with a link in the same paragraph")
+
+
+def check_tests(report: Report, demos: dict[str, catalog.Demo]) -> None:
+    """Every demo has a test that runs it (a file under tests/ that names its module)."""
+    tests = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO_ROOT / "tests").glob("test_*.py")))
+    for name, demo in demos.items():
+        if demo.module not in tests:
+            report.error(f"{rel(demo.path)}: no test runs it; add tests/test_{name}.py with "
+                         f"`tiny = demo_record(\"{demo.module}\")` (see docs/contributing.md)")
+
+
 def check_todos(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) -> None:
     """Scaffolded text still to write: a warning for every line with a TODO, in pages, demos and their tests."""
     tests = [REPO_ROOT / "tests" / f"test_{name}.py" for name in demos]
@@ -353,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     check_plausibility(report, records)
     claims = check_pages(report, demos, records, args.docs_dir)
     check_todos(report, demos, args.docs_dir)
+    check_typed_numbers(report, args.docs_dir)
+    if args.docs_dir == DOCS_DIR:  # a test's scratch docs folder has no tests of its own
+        check_tests(report, demos)
     check_nav(report, demos, args.docs_dir)
 
     for w in report.warnings:

@@ -109,3 +109,18 @@ def test_todo_markers_are_warnings(site, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "t.md:" in out.out and "TODO left to write: - TODO: a pitfall." in out.out
+
+
+def test_a_typed_measurement_warns_and_a_cited_figure_does_not(site, capsys):
+    code, _ = site("Eager took 1049 us and compiled was 3.4x faster.")
+    out = capsys.readouterr().out
+    assert code == 0 and "typed number(s) 1049 us, 3.4x" in out
+    code, _ = site("An H100 SXM moves 3.35 TB/s ([datasheet](https://www.nvidia.com/en-us/data-center/h100/)).")
+    assert "typed number" not in capsys.readouterr().out
+
+
+def test_a_demo_without_a_test_is_an_error(tmp_path):
+    report = check.Report()
+    lonely = catalog.Demo("lonely", tmp_path / "lonely.py", "demos.t99_nothing.lonely")
+    check.check_tests(report, {"lonely": lonely, "kernel_fusion": catalog.discover()["kernel_fusion"]})
+    assert len(report.errors) == 1 and "no test runs it" in report.errors[0] and "lonely" in report.errors[0]
