@@ -62,30 +62,43 @@ T6_MODEL_CACHE = CACHE_DIR / "models"
 # records' wall times after the first window.
 ESTIMATES_S: dict[str, tuple[float, str]] = {
     # t3: compiler
-    "kernel_fusion": (100, "5 shapes x (eager, torch.compile, Triton) for 2 chains: ~10 Inductor compiles, "
-                           "largest 65536x4096 fp32 = 1 GiB per tensor, ~30 timings of <= 5 ms"),
-    "autotune": (70, "Triton autotune over its configs at 4096^3 and 64x8192x8192: one compile + a few "
-                     "timings per config, ~2 s each"),
-    "launch_overhead": (60, "6 compiles incl. reduce-overhead (CUDA graphs), 4 chain lengths of tiny ops"),
-    "layout_and_padding": (35, "matmul sweeps at 8192, cuBLAS only, no compile: ~2e13 FLOPs timed"),
-    "memory_planning": (55, "4 Inductor compiles of the (16, 2048, 1024) block, memory counters"),
+    "kernel_fusion": (90, "3 chains x (5 shapes + a ragged one) = 18 pointwise Inductor compiles (~2 s each), 36 Triton "
+                          "launches to check, 45 timings of <= 1 ms (largest 65536x4096 bf16, 0.5 GiB a tensor)"),
+    "autotune": (50, "12 Triton configs x 2 shapes = 24 compiles (~1 s), their timings at 4096^3 (0.14 TFLOP, <= 30 ms "
+                     "for the slowest config) and triton.autotune's own benchmarking (~2 s a shape)"),
+    "launch_overhead": (45, "4 chain lengths x (compile + reduce-overhead compile) = 8 compiles, CUDA graph captures; "
+                            "the timed work is microseconds"),
+    "layout_and_padding": (30, "cuBLAS only: 4 matmuls at ~8192 (1.1 TFLOP each, ~2 ms), a 32x256x56x56 conv, "
+                               "float64 references (~3 TFLOP at fp64, ~0.1 s), no compile"),
+    "memory_planning": (45, "2 Inductor compiles (forward; forward+backward) of the (16, 2048, 1024) block, "
+                            "memory counters, a float64 CPU reference of 0.5 TFLOP"),
     # t2: pipeline
-    "graph_capture": (80, "Dynamo, export, AOTAutograd forward+backward, Inductor: ~8 compiles of a 1024-wide block"),
-    "dynamic_shapes": (70, "5 compiles (static per shape vs dynamic) of the block at 3 lengths"),
-    "jax_lowering": (40, "JAX import + ~7 jit lowerings/compiles of one block"),
-    "onnx_export": (35, "one dynamo ONNX export + onnxruntime session (CUDA provider if present)"),
+    "graph_capture": (70, "Dynamo, torch.export, AOTAutograd forward+backward, Inductor: ~6 compiles of the 1024-wide "
+                          "block (16 x 1024 tokens), a float64 CPU reference"),
+    "dynamic_shapes": (60, "4 strategies: static 3 compiles, automatic 2, dynamic 1, bucketing 2 = 8 compiles, "
+                           "3 float64 CPU references"),
+    "jax_lowering": (30, "JAX start + ~5 jit lowerings and compiles of one block; StableHLO/HLO text"),
+    "onnx_export": (30, "one torch.onnx (dynamo) export, onnxruntime sessions (CUDA provider when present)"),
     # t1: frameworks
-    "compilation_model": (100, "torch.compile and jax.jit on 3 batch sizes x bucketing, hidden 4096: ~15 compiles"),
-    "one_model_four_ways": (100, "the same MLP trained 4 ways (eager, compile, JAX, NumPy) at hidden 4096"),
-    "state_and_randomness": (70, "RNG and in-place state under compile/jit on 2^28 elements: ~10 compiles"),
-    "transforms": (45, "jax.grad/vmap/jit on 3 batch sizes, hidden 4096"),
+    "compilation_model": (80, "torch.compile and jax.jit over 3 batch sizes with and without bucketing, hidden 4096: "
+                              "~10 compiles, cache-miss explanations"),
+    "one_model_four_ways": (70, "the same MLP (hidden 4096) trained 4 ways for 20 epochs of the 1,797 digits (~140 "
+                                "steps each, milliseconds a step) after their compiles"),
+    "state_and_randomness": (50, "RNG and in-place updates on 2^28 elements (1 GiB) under eager, compile and jit: "
+                                 "~6 compiles"),
+    "transforms": (35, "jax.grad/vmap/jit and torch.func at 3 batch sizes, hidden 4096: ~6 jit compiles"),
     # t6: inference (plus training of the shared model once per machine: T6_TRAINING_S)
-    "attention_cost": (60, "N = 1k..16k, B2 H16 d128 bf16: 5 lengths x ~6 variants, float64 reference up to N=16k "
-                           "(tiled), naive/math skipped where their N x N matrices would not fit"),
-    "batching": (90, "prefill/decode at 8 batch sizes, then a host-side simulation of 2000 requests x 6 loads x 2 policies"),
-    "kv_cache": (35, "decode with and without the cache at 5 context lengths, batch 128"),
-    "speculative": (60, "greedy vs speculative decoding (4 lookaheads) for 32 prompts, token by token"),
-    "weight_only_int8": (50, "int8 weight-only GEMV/GEMM at 8192 and a decode step of the model"),
+    "attention_cost": (50, "N = 1k..16k, B2 H16 d128 bf16: 5 lengths x 7 variants, float64 references up to N=16k "
+                           "(tiled, 2 TFLOP at fp64); naive and math skipped at 16k where their N x N matrices "
+                           "would not fit; the Python online-softmax loop is the slowest timed variant (~0.2 s a call)"),
+    "batching": (70, "prefill/decode at 8 batch sizes (microseconds each), then the host-side simulation: 2000 "
+                     "requests x 6 loads x 2 policies"),
+    "kv_cache": (35, "greedy generation of 896 tokens with and without the cache for 4 prompts (~1e14 FLOP without), "
+                     "decode timings at 5 context lengths, batch 128"),
+    "speculative": (50, "greedy references and speculative decoding at 5 draft lengths for 16 prompts x 256 "
+                        "tokens (token by token, launch-bound), timings on 4 prompts"),
+    "weight_only_int8": (45, "an 8192x8192 linear in bf16 / INT8 dequant / INT8 Triton at 5 row counts, the model's "
+                             "decode step, one CUDA-graph capture"),
 }
 T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k tokens = 2e16 FLOPs at ~300 TFLOP/s "
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
@@ -289,7 +302,10 @@ def summary_markdown(c: Campaign) -> str:
         lim = "" if r.limit_s is None else f"{r.limit_s:.0f}"
         reason = r.reason.replace("|", "\\|").replace("\n", " ")[:300]
         lines.append(f"| {r.demo} | {r.status} | {wall} | {est} | {lim} | {reason} |")
-    lines += ["", f"remaining (budget): {', '.join(remaining) if remaining else 'none'}", ""]
+    estimated = sum(r.estimate_s or 0 for r in c.rows if r.status != "fresh")
+    lines += ["", f"remaining (budget): {', '.join(remaining) if remaining else 'none'}",
+              f"estimated GPU time of every demo this call had to run: {estimated / 60:.1f} min "
+              f"(measured so far: {used / 60:.1f} min)", ""]
     return "\n".join(lines)
 
 
@@ -326,7 +342,25 @@ def resolve_commit(asked: str | None) -> str | None:
         return None
 
 
+def estimates_table() -> str:
+    """The table of estimates as Markdown, with the total: `python -m scripts.gpu_campaign --estimates`."""
+    demos = catalog.discover()
+    lines = ["| demo | estimated GPU s (incl. start) | from |", "|---|---|---|"]
+    total = 0.0
+    for name in demos:
+        seconds, how = ESTIMATES_S.get(name, DEFAULT_ESTIMATE_S)
+        total += seconds + PROCESS_START_S
+        lines.append(f"| {name} | {seconds + PROCESS_START_S:.0f} | {how} |")
+    total += T6_TRAINING_S[0]
+    lines.append(f"| (T6 model training, once per machine) | {T6_TRAINING_S[0]:.0f} | {T6_TRAINING_S[1]} |")
+    lines.append(f"| **total** | **{total:.0f} s = {total / 60:.1f} min** | |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:] == ["--estimates"]:
+        print(estimates_table())
+        return 0
     parser = OneLineParser(prog="gpu_campaign", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="where the archives and the summary go ($OUT)")
     parser.add_argument("--budget-min", type=float, default=8.5,
