@@ -121,6 +121,7 @@ def test_a_typed_measurement_warns_and_a_cited_figure_does_not(site, capsys):
 
 def test_a_demo_without_a_test_is_an_error(tmp_path):
     report = check.Report()
-    lonely = catalog.Demo("lonely", tmp_path / "lonely.py", "demos.t99_nothing.lonely")
+    module = ".".join(["demos", "t99_nothing", "lonely"])  # spelled apart: this file must not name it
+    lonely = catalog.Demo("lonely", tmp_path / "lonely.py", module)
     check.check_tests(report, {"lonely": lonely, "kernel_fusion": catalog.discover()["kernel_fusion"]})
     assert len(report.errors) == 1 and "no test runs it" in report.errors[0] and "lonely" in report.errors[0]
