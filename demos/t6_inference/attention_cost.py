@@ -183,17 +183,66 @@ def causal_flops(n: int) -> float:
 
 
 # %% [markdown]
+# ## What fits
+#
+# Naive attention holds about three N x N matrices at once (scores, masked scores, softmax), and the
+# `math` SDPA backend does the same in float32 whatever the input dtype (it upcasts bf16/fp16 for its
+# softmax), plus a float mask: at N=16384 with 2 x 16 heads that is about 100 GB, more than an 80 GB
+# card holds. On a GPU these two are run only where that estimate stays under half of the memory free
+# at this point; elsewhere they are recorded as not run, with the numbers. On a CPU, naive attention is
+# skipped where its matrices would pass 16 GB. A variant that runs out of memory anyway is caught and
+# recorded as not run at that length; the others go on.
+
+# %%
+NAIVE_LIMIT = 16 * 2**30
+if run.device.is_gpu:
+    torch.cuda.empty_cache()
+    free_bytes = torch.cuda.mem_get_info()[0]
+    memory_bound = free_bytes // 2
+else:
+    free_bytes, memory_bound = None, NAIVE_LIMIT
+
+
+def materialized_bytes(name: str, n: int) -> int:
+    """What a variant that materializes the N x N matrices holds at once (0 for the tiled ones)."""
+    if name == "naive":
+        return 3 * score_matrix_bytes(n) + n * n  # three matrices in the input dtype and the boolean mask
+    if name == "sdpa_math" and run.device.is_gpu:
+        return 3 * batch * heads * n * n * 4 + n * n * 4  # upcast to float32, and a float mask
+    return 0
+
+
+runs_at = {}
+for name in VARIANTS:
+    runs_at[name] = [n for n in seq_lens if materialized_bytes(name, n) <= memory_bound]
+    skipped = [n for n in seq_lens if n not in runs_at[name]]
+    if skipped:
+        where = (f"half of the {free_bytes / 2**30:.1f} GiB free on the GPU" if run.device.is_gpu
+                 else f"{NAIVE_LIMIT / 2**30:.0f} GiB")
+        run.not_run(f"{name} (N >= {skipped[0]})", f"its N x N matrices would need about "
+                    f"{materialized_bytes(name, skipped[0]) / 2**30:.1f} GiB at N={skipped[0]}, more than {where}")
+
+
+def out_of_memory(name: str, n: int, error: Exception) -> None:
+    """A variant that ran out of memory at length n: recorded as not run there, and the run goes on."""
+    runs_at[name] = [m for m in runs_at[name] if m != n]
+    run.not_run(f"{name} (N={n})", "out of memory: " + str(error).splitlines()[0][:160])
+    if run.device.is_gpu:
+        torch.cuda.empty_cache()
+
+
+OOM = (torch.cuda.OutOfMemoryError, MemoryError)
+
+# %% [markdown]
 # ## Correctness first
 #
 # Every variant at every length, on fresh random inputs, against naive attention computed in
 # float64. (At the GPU's longest lengths, a float64 score matrix would not fit: there the reference
 # is the float64 online-softmax version, which was itself checked against the float64 naive one
-# at the shorter lengths.) Naive attention is skipped where its own score matrix would pass 16 GB.
+# at the shorter lengths.)
 
 # %%
-REFERENCE_LIMIT, NAIVE_LIMIT = 2 * 2**30, 16 * 2**30
-runs_at = {name: [n for n in seq_lens if name != "naive" or 3 * score_matrix_bytes(n) <= NAIVE_LIMIT]
-           for name in VARIANTS}
+REFERENCE_LIMIT = 2 * 2**30
 for n in seq_lens:
     q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, dtype=dtype) for _ in range(3))
     q64, k64, v64 = q.double(), k.double(), v.double()
@@ -203,11 +252,14 @@ for n in seq_lens:
         reference, reference_name = online_softmax_attention(q64, k64, v64), "float64 online softmax"
     for name, fn in VARIANTS.items():
         if n in runs_at[name]:
-            run.check_close(f"{name}.n{n}", fn(q, k, v), reference, reference_name=reference_name, **TOLERANCE)
+            try:
+                got = fn(q, k, v)
+            except OOM as e:
+                out_of_memory(name, n, e)
+                continue
+            run.check_close(f"{name}.n{n}", got, reference, reference_name=reference_name, **TOLERANCE)
+            del got
     del reference, q64, k64, v64
-if len(runs_at["naive"]) < len(seq_lens):
-    run.not_run("naive (longest lengths)", f"its score, masked and softmax matrices would pass {NAIVE_LIMIT / 2**30:.0f} GiB "
-                f"at N > {runs_at['naive'][-1]}")
 
 # %% [markdown]
 # ## Measurement
@@ -222,8 +274,12 @@ for n in seq_lens:
     for name, fn in VARIANTS.items():
         if n not in runs_at[name]:
             continue
-        timing = run.time(lambda: fn(q, k, v))
-        results[name, n] = timing, peak_temporary_bytes(lambda: fn(q, k, v))
+        try:
+            timing = run.time(lambda: fn(q, k, v))
+            results[name, n] = timing, peak_temporary_bytes(lambda: fn(q, k, v))
+        except OOM as e:
+            out_of_memory(name, n, e)
+            continue
         run.log(f"  N={n:6d} {name:15s} {timing.median_s * 1e3:9.3f} ms  peak {results[name, n][1] / 2**20:9.1f} MiB")
     del q, k, v
 
@@ -258,11 +314,12 @@ run.series("time", "Causal attention: median time vs sequence length", "sequence
 run.series("memory", "Causal attention: peak temporary memory vs sequence length", "sequence length N",
            "MiB", lines_mem, x_log=True, y_log=True)
 
-longest = max(n for n in seq_lens if ("naive", n) in results)  # where every variant ran
 shortest = seq_lens[0]
-fused = [name for name in BACKENDS if name in VARIANTS and name != "sdpa_math"] or ["sdpa_default"]
+ran = [name for name in VARIANTS if (name, shortest) in results]  # a variant that failed even at the shortest drops out
+longest = max(n for n in seq_lens if all((name, n) in results for name in ran))  # where every variant ran
+fused = [name for name in BACKENDS if name in ran and name != "sdpa_math"] or ["sdpa_default"]
 best = min(fused, key=lambda name: results[name, longest][0].median_s)
-for name in VARIANTS:
+for name in ran:
     timing, peak = results[name, longest]
     run.metric(f"{name}.ms", timing.median_s * 1e3, "ms", label=f"{name}, N={longest}: median time")
     run.metric(f"{name}.peak_mib", peak / 2**20, "MiB", label=f"{name}, N={longest}: peak temporary memory")
@@ -284,7 +341,7 @@ run.metric("best_fused.memory_saving_vs_naive", results["naive", longest][1] / m
 run.log(f"fastest fused backend at N={longest}: {best}")
 if run.device.is_gpu:
     n_max = seq_lens[-1]
-    top = min(fused, key=lambda name: results[name, n_max][0].median_s)
+    top = min((name for name in fused if (name, n_max) in results), key=lambda name: results[name, n_max][0].median_s)
     run.metric("best_fused.tflops_longest", causal_flops(n_max) / results[top, n_max][0].median_s / 1e12, "TFLOP/s",
                ceiling=ceiling, label=f"fastest fused backend ({top}) at N={n_max}: useful causal TFLOP/s")
 

@@ -30,7 +30,9 @@ run = start(
     sizes={  # (prompt length, new tokens, draft lengths k, prompts checked, prompts timed)
         "tiny": (16, 24, [1, 3], 4, 1),
         "small": (32, 96, [1, 2, 4, 8], 12, 2),
-        "full": (64, 256, [1, 2, 4, 6, 8], 32, 4),
+        # 16 prompts checked: 4k generated tokens per draft length, enough for exactness and for the
+        # acceptance rate to +-2%; the timed prompts are what the speedup rests on
+        "full": (64, 256, [1, 2, 4, 6, 8], 16, 4),
     },
     cpu_threads=1,
 )
@@ -111,17 +113,38 @@ def speculative_generate(target, draft, prompt, n_new: int, k: int, stats: Stats
 # several tokens per pass, which changes the floating-point summation order, not the math.
 
 # %%
+# Exact up to rounding: scoring k+1 tokens in one pass runs other kernels (other matmul shapes, a
+# masked attention) than k+1 one-token steps, so the logits differ in their last bits. Where the
+# target's two best logits are closer than that, either token is the greedy choice and the two
+# decodings may part there. A difference is therefore accepted only at a near-tie: the target's own
+# top-2 gap at the first differing position below 1e-4 of the row's largest |logit| (float32 rounding
+# differences are ~1e-6 of it). Any other difference fails the check.
+NEAR_TIE = 1e-4
+
+
+@torch.no_grad()
+def parts_at_a_near_tie(out, reference) -> bool:
+    position = int((out != reference)[0].nonzero()[0])
+    logits = target(reference[:, :position])[0, -1].float()  # what the target saw when choosing that token
+    best, second = logits.topk(2).values.tolist()
+    return best - second <= NEAR_TIE * float(logits.abs().max())
+
+
 prompts = held_out_prompts(n_checked, prompt_len, seed=2).to(device)
 references = [generate_greedy(target, p[None], n_new) for p in prompts]
 acceptance = {}
 for k in draft_lengths:
     stats = Stats()
-    identical = 0
+    identical = near_ties = 0
     for prompt, reference in zip(prompts, references):
         out = speculative_generate(target, draft, prompt[None], n_new, k, stats)
-        identical += bool(torch.equal(out, reference))
-    run.check(f"exact.k{k}", identical == len(prompts),
-              f"{identical}/{len(prompts)} prompts: all {n_new} tokens identical to the target's greedy decoding")
+        if torch.equal(out, reference):
+            identical += 1
+        else:
+            near_ties += parts_at_a_near_tie(out, reference)
+    run.check(f"exact.k{k}", identical + near_ties == len(prompts),
+              f"{identical}/{len(prompts)} prompts: all {n_new} tokens identical to the target's greedy decoding"
+              + (f"; {near_ties} part from it at a near-tie of the target's top-2 logits" if near_ties else ""))
     acceptance[k] = stats
     run.log(f"  k={k}: acceptance {stats.accepted / stats.proposed:.2f}, "
             f"{(stats.accepted + stats.target_passes) / stats.target_passes:.2f} tokens per target pass")
