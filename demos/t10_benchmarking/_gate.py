@@ -1,0 +1,114 @@
+"""A noise-aware performance gate: the statistics (pure functions) and the rules for records.
+
+Two gates, one idea: compare ratios measured in the same run, never absolute numbers measured on
+different days or machines.
+
+1. **Kernel gate** (baseline vs candidate, both timed in one process): time them in interleaved
+   pairs, take the median of the per-pair log ratios, and fail the candidate when that median
+   ratio exceeds a threshold set from the *measured* noise of an A/A calibration (the baseline
+   against itself): threshold = exp(z * SE), SE = 1.2533 * sigma / sqrt(k) (the standard error of
+   a median of k normal draws), sigma = 1.4826 * MAD of the A/A log ratios (a robust standard
+   deviation). The number of pairs k is chosen so that the threshold sits at half the smallest
+   regression the gate must catch.
+2. **Record gate** (one result record, optionally against a baseline record): every check passed;
+   every fraction of a same-run ceiling at most 1; the ceiling's two samples (start and end of the
+   run) close enough that the run was quiet; and, against a baseline, each metric's fraction of
+   its ceiling (which does not depend on the GPU model the way an absolute GB/s does) not lower by
+   more than the block threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MEDIAN_SE = 1.2533  # sqrt(pi / 2): SE of the median over SE of the mean, normal data
+MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): a normal distribution's sigma over its median absolute deviation
+
+
+def robust_sigma(log_ratios) -> float:
+    x = np.asarray(log_ratios, dtype=float)
+    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+
+
+def pairs_needed(sigma: float, smallest_regression: float, z: float, k_min: int = 10, k_max: int = 200) -> int:
+    """Fewest pairs k whose threshold exp(z * SE) stays at or below half the regression to catch."""
+    half = math.log(1 + smallest_regression) / 2
+    k = math.ceil((z * MEDIAN_SE * sigma / half) ** 2) if sigma > 0 else k_min
+    return max(k_min, min(k_max, k))
+
+
+def threshold(sigma: float, k: int, z: float) -> float:
+    return math.exp(z * MEDIAN_SE * sigma / math.sqrt(k))
+
+
+def gate_ratio(base_times, cand_times) -> float:
+    """Candidate over baseline: exp of the median of per-pair log ratios (pairs adjacent in time)."""
+    logs = np.log(np.asarray(cand_times, dtype=float)) - np.log(np.asarray(base_times, dtype=float))
+    return float(math.exp(np.median(logs)))
+
+
+def blocks(ratio: float, limit: float) -> bool:
+    return ratio > limit
+
+
+# -- the record gate ---------------------------------------------------------------------------------
+PASS, WARN, BLOCK = "pass", "warn", "block"
+
+
+@dataclass(frozen=True)
+class Finding:
+    verdict: str  # pass | warn | block
+    rule: str
+    detail: str
+
+
+def ceiling_drift(rec: dict) -> dict[str, float]:
+    """Per ceiling: the larger of its two same-run samples over the smaller (1.0 = identical)."""
+    drift = {}
+    for name, c in rec.get("ceilings", {}).items():
+        samples = [s for s in c.get("samples", []) if s and s > 0]
+        if len(samples) == 2:
+            drift[name] = max(samples) / min(samples)
+    return drift
+
+
+def gate_record(rec: dict, baseline: dict | None = None, *, drift_warn: float, warn_drop: float,
+                block_drop: float) -> list[Finding]:
+    """Findings for one record; a record blocks if any finding blocks. ``warn_drop``/``block_drop``
+    are fractional drops of a metric's fraction-of-ceiling against the baseline (0.05 = 5%)."""
+    findings = []
+    failed = [c["name"] for c in rec.get("checks", []) if not c.get("passed")]
+    findings.append(Finding(BLOCK if failed else PASS, "checks",
+                            f"{len(failed)} failed: {', '.join(failed[:3])}" if failed
+                            else f"{len(rec.get('checks', []))} passed"))
+    over = {n: m["fraction_of_ceiling"] for n, m in rec["metrics"].items() if m.get("fraction_of_ceiling", 0) > 1}
+    with_ceiling = sum("fraction_of_ceiling" in m for m in rec["metrics"].values())
+    findings.append(Finding(BLOCK if over else PASS, "fraction <= 1",
+                            "; ".join(f"{n} = {v:.2f} of its ceiling: the ceiling or the timing is wrong"
+                                      for n, v in list(over.items())[:3]) if over
+                            else f"{with_ceiling} metric(s) with a ceiling, all at most 1"))
+    drift = ceiling_drift(rec)
+    noisy = {n: d for n, d in drift.items() if d > drift_warn}
+    findings.append(Finding(WARN if noisy else PASS, "quiet run",
+                            "; ".join(f"{n} samples differ {d:.2f}x: quarantine, re-run" for n, d in noisy.items())
+                            if noisy else (f"ceiling samples within {max(drift.values()):.2f}x" if drift
+                                           else "no second ceiling sample")))
+    if baseline is not None:
+        for name, m in rec["metrics"].items():
+            b = baseline["metrics"].get(name)
+            if b is None or "fraction_of_ceiling" not in m or "fraction_of_ceiling" not in b:
+                continue
+            change = m["fraction_of_ceiling"] / b["fraction_of_ceiling"] - 1
+            verdict = BLOCK if change < -block_drop else WARN if change < -warn_drop else PASS
+            findings.append(Finding(verdict, f"vs baseline: {name}",
+                                    f"{b['fraction_of_ceiling']:.3f} -> {m['fraction_of_ceiling']:.3f} of "
+                                    f"{m['ceiling']} ({change:+.1%}; {baseline['device_class']} -> {rec['device_class']})"))
+    return findings
+
+
+def overall(findings: list[Finding]) -> str:
+    verdicts = {f.verdict for f in findings}
+    return BLOCK if BLOCK in verdicts else WARN if WARN in verdicts else PASS

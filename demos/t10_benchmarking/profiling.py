@@ -1,0 +1,241 @@
+# %% [markdown]
+# # Profiling a training step: where the time goes, and what kind of bound it is
+#
+# A timer says *how long*; a profiler says *where*. `torch.profiler` records every operator (and,
+# on a GPU, every kernel) of a few training steps. From the trace: the top operators, the step's
+# time split into matrix products (compute-bound work), everything else the operators do
+# (elementwise, reductions, copies: memory-bound work) and the time outside any operator
+# (Python, autograd bookkeeping, on a GPU the gaps where it waits for launches). Two contrasting
+# programs calibrate the reading: a deep stack of tiny layers (launch-bound) and one big matmul
+# (compute-bound). On a GPU, Nsight Compute then measures one kernel's counters.
+
+# %%
+import csv
+import io
+import re
+import shutil
+import subprocess
+import sys
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from demos.harness.paths import REPO_ROOT
+from demos.harness.run import start
+
+run = start(
+    "profiling",
+    title="Profiling a training step: top operators, compute vs memory vs overhead, launch- vs compute-bound",
+    sizes={  # (batch, width, hidden) of the MLP; (layers, width) of the tiny stack; n of the big matmul
+        "tiny": ((32, 64, 256), (16, 16), 256),
+        "small": ((256, 512, 2048), (32, 16), 768),
+        "full": ((8192, 4096, 16384), (64, 16), 8192),
+    },
+    cpu_threads=1,
+)
+(batch, width, hidden), (layers, tiny_width), big_n = run.sizes
+device = run.torch_device
+gpu = run.device.is_gpu
+dtype = torch.bfloat16 if gpu else torch.float32
+COMPUTE = re.compile(r"aten::(mm|addmm|bmm|baddbmm)$|gemm|cutlass|xmma|wgmma|sm\d+_", re.I)
+
+# %% [markdown]
+# ## The programs, checked
+#
+# A two-layer MLP training step (linear, GELU, linear, MSE loss, backward, SGD). Its gradients are
+# checked against float64 autograd before anything is profiled.
+
+# %%
+
+
+def make_mlp(dims, depth=1):
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(dims[0], dims[1]), torch.nn.GELU(), torch.nn.Linear(dims[1], dims[0])]
+    return torch.nn.Sequential(*layers).to(device, dtype)
+
+
+def make_step(model, x, y):
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+mlp = make_mlp((width, hidden))
+x = torch.randn(batch, width, device=device, dtype=dtype)
+y = torch.randn(batch, width, device=device, dtype=dtype)
+ref = make_mlp((width, hidden)).double()
+ref.load_state_dict({k: v.double() for k, v in mlp.state_dict().items()})
+torch.nn.functional.mse_loss(ref(x.double()), y.double()).backward()
+torch.nn.functional.mse_loss(mlp(x), y).backward()
+for (name, p), (_, q) in zip(mlp.named_parameters(), ref.named_parameters()):
+    tol = 3e-2 if gpu else 1e-4
+    run.check_close(f"grad.{name}", p.grad, q.grad, rtol=tol, atol=tol * float(q.grad.abs().max()))
+
+tiny_stack = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear(tiny_width, tiny_width),
+                                                                     torch.nn.ReLU())]).to(device, dtype)
+tx, ty = torch.randn(8, tiny_width, device=device, dtype=dtype), torch.randn(8, tiny_width, device=device, dtype=dtype)
+a = torch.randn(big_n, big_n, device=device, dtype=dtype)
+programs = {
+    "mlp_step": make_step(mlp, x, y),
+    "tiny_layers_step": make_step(tiny_stack, tx, ty),
+    "one_big_matmul": lambda: a @ a,
+}
+
+# %% [markdown]
+# ## The profile
+#
+# Each program runs under `torch.profiler.profile` for 1 skipped, 1 warm-up and 3 recorded steps
+# (`schedule(wait=1, warmup=1, active=3)`). Each is also timed with the harness, without the
+# profiler, because profiling adds overhead per operator. From the recorded events:
+#
+# - **compute**: self time of the matrix products (`aten::mm`/`addmm` on a CPU; GEMM kernels on
+#   a GPU);
+# - **other operators**: self time of every other operator (kernel time on a GPU): elementwise,
+#   reductions, copies, the optimizer's updates, mostly memory-bound;
+# - **outside operators**: the rest of the step: Python, autograd's engine, and on a GPU the time
+#   it sits idle waiting for the CPU to launch the next kernel.
+
+# %%
+ACTIVE = 3
+
+
+def profile_program(fn):
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=ACTIVE)) as prof:
+        for _ in range(1 + 1 + ACTIVE):
+            fn()
+            prof.step()
+    run.device.sync()
+    return prof
+
+
+def split(prof, harness_step_s: float) -> dict:
+    """Per-step seconds in compute / other operators / outside, from the profile's events.
+
+    The step's length: on a CPU, the profiled step itself (ProfilerStep#N), so the three parts add
+    up to it (the profiler's own overhead per operator included); on a GPU, where the CPU can run
+    ahead of the kernels, the harness's synchronised median without the profiler."""
+    compute = other = 0.0
+    ops = 0
+    profiled = [e.cpu_time_total / 1e6 for e in prof.events() if e.name.startswith("ProfilerStep")]
+    step_s = harness_step_s if gpu or not profiled else sum(profiled) / len(profiled)
+    for e in prof.events():
+        if gpu and e.device_type == DeviceType.CUDA:  # a kernel: its duration on the GPU
+            dur = e.time_range.elapsed_us() / 1e6
+        elif not gpu and e.name.startswith("aten::"):
+            dur = e.self_cpu_time_total / 1e6
+            ops += 1
+        else:
+            if gpu and e.name.startswith("aten::"):
+                ops += 1
+            continue
+        if COMPUTE.search(e.name):
+            compute += dur
+        else:
+            other += dur
+    compute, other, ops = compute / ACTIVE, other / ACTIVE, ops / ACTIVE
+    return {"compute": compute, "other": other, "outside": max(step_s - compute - other, 0.0), "ops": ops,
+            "step": step_s}
+
+
+rows, splits = [], {}
+for name, fn in programs.items():
+    timing = run.time(fn)
+    prof = profile_program(fn)
+    s = splits[name] = split(prof, timing.median_s)
+    total = s["step"]
+    rows.append([name, round(timing.median_s * 1e3, 3), round(total * 1e3, 3), round(s["ops"]),
+                 round(total / max(s["ops"], 1) * 1e6, 2),
+                 f"{s['compute'] / total:.0%}", f"{s['other'] / total:.0%}", f"{s['outside'] / total:.0%}"])
+    for part in ("compute", "other", "outside"):
+        run.metric(f"{name}.{part}_share", s[part] / total, "fraction", label=f"{name}: share of the step, {part}")
+    run.metric(f"{name}.step_ms", total * 1e3, "ms", label=f"{name}: harness median per step (no profiler)")
+    run.metric(f"{name}.us_per_op", total / max(s["ops"], 1) * 1e6, "us", label=f"{name}: step time per operator call")
+    run.metric(f"{name}.profiler_overhead", total / timing.median_s, "x",
+               label=f"{name}: the step's length as the share split sees it over the harness median (profiler overhead)")
+    if name == "mlp_step":
+        sort_key = "self_device_time_total" if gpu else "self_cpu_time_total"
+        table_text = prof.key_averages().table(sort_by=sort_key, row_limit=12, max_name_column_width=40)
+        run.artifact("mlp_step.top_ops", table_text)
+        averages = sorted(prof.key_averages(), key=lambda e: -(e.self_device_time_total if gpu else e.self_cpu_time_total))
+        top = [[e.key, e.count // ACTIVE, round((e.self_device_time_total if gpu else e.self_cpu_time_total) / ACTIVE / 1e3, 3)]
+               for e in averages if e.key.startswith("aten::") or gpu][:10]
+        run.table("top_ops", f"Top operators of one MLP training step, self {'GPU' if gpu else 'CPU'} time",
+                  ["operator" + (" / kernel" if gpu else ""), "calls per step", "self ms per step"], top)
+run.table("split", "Where a step's time goes (shares of the step: the profiled step on a CPU, the synchronised "
+          "harness median on a GPU)", ["program", "step, harness (ms)", "step, as split (ms)", "operator calls", "us per call", "compute (matmul)", "other operators",
+           "outside operators"], rows)
+run.series("split", "Share of the step: compute, other operators, outside operators", "program (0 mlp, 1 tiny layers, 2 big matmul)",
+           "share of the step", {part: ([0, 1, 2], [splits[p][part] / (splits[p]["compute"] + splits[p]["other"] +
+                                                                        splits[p]["outside"]) for p in programs])
+                                 for part in ("compute", "other", "outside")})
+
+# %% [markdown]
+# **The reading.** The big matmul spends nearly all of its time in the matmul: compute-bound, and
+# the next question is its fraction of the matmul ceiling. The stack of tiny layers spends little
+# of its step inside any matmul, and its time per operator call is a few microseconds, the cost
+# of dispatching an operator: overhead-bound (launch-bound on a GPU), which fusion, CUDA graphs or
+# bigger batches fix and a faster GEMM does not. Claims on the page check both readings.
+
+# %%
+if gpu and splits["one_big_matmul"]["compute"]:
+    run.metric("one_big_matmul.tflops", 2 * big_n**3 / splits["one_big_matmul"]["compute"] / 1e12, "TFLOP/s",
+               label="the big matmul's rate inside its profiled kernel", ceiling="matmul_bf16")
+run.check("big_matmul_is_compute", splits["one_big_matmul"]["compute"] > splits["one_big_matmul"]["other"],
+          "the big matmul's profile is dominated by the matmul")
+
+# %% [markdown]
+# ## Nsight Compute on one kernel (GPU only)
+#
+# `ncu` replays one kernel with its counters on and reports, per section, how close the kernel
+# came to the SM's and the memory's peak throughput and what occupancy it reached. The command
+# (run by the demo on a GPU machine, its output parsed below):
+
+# %%
+NCU_ARGS = ["--csv", "--page", "details", "--section", "SpeedOfLight", "--section", "Occupancy",
+            "--section", "LaunchStats", "--kernel-name", "regex:elementwise|gelu", "--launch-skip", "1",
+            "--launch-count", "1", sys.executable, "-m", "demos.t10_benchmarking._ncu_target"]
+run.artifact("ncu_command", "ncu " + " ".join(NCU_ARGS[:-3] + ["python", "-m", "demos.t10_benchmarking._ncu_target"]))
+ncu = shutil.which("ncu")
+if not gpu:
+    run.not_run("Nsight Compute (ncu) on the GELU kernel", "needs a CUDA GPU and ncu; the command is stored as an artifact")
+elif ncu is None:
+    run.not_run("Nsight Compute (ncu) on the GELU kernel", "ncu is not on PATH on this machine")
+else:
+    proc = subprocess.run([ncu, *NCU_ARGS], cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
+    lines = proc.stdout.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if proc.returncode != 0 or header is None:
+        reason = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        run.not_run("Nsight Compute (ncu) on the GELU kernel", f"ncu exited {proc.returncode}: {reason[0][:200]}")
+    else:
+        found = list(csv.DictReader(io.StringIO("\n".join(lines[header:]))))
+        ncu_rows = [[r.get("Section Name", ""), r.get("Metric Name", ""), r.get("Metric Unit", ""), r.get("Metric Value", "")]
+                    for r in found]
+        run.table("ncu", f"Nsight Compute on one kernel: {found[0].get('Kernel Name', '')[:80] if found else ''}",
+                  ["section", "metric", "unit", "value"], ncu_rows)
+        wanted = {"DRAM Throughput": "ncu.dram_throughput_pct", "Compute (SM) Throughput": "ncu.sm_throughput_pct",
+                  "Memory Throughput": "ncu.memory_throughput_pct", "Achieved Occupancy": "ncu.achieved_occupancy_pct",
+                  "Theoretical Occupancy": "ncu.theoretical_occupancy_pct", "Registers Per Thread": "ncu.registers_per_thread"}
+        for r in found:
+            key = wanted.get(r.get("Metric Name", ""))
+            try:
+                value = float(r.get("Metric Value", "").replace(",", ""))
+            except ValueError:
+                continue
+            if key:
+                run.metric(key, value, r.get("Metric Unit") or "value", label=f"ncu: {r['Metric Name']}")
+if shutil.which("nsys") is None:
+    run.not_run("Nsight Systems timeline", "nsys is not on PATH on this machine; torch.profiler's trace stands in for it")
+else:
+    run.not_run("Nsight Systems timeline", "nsys is present but not run by this demo; torch.profiler's trace stands in")
+run.save()

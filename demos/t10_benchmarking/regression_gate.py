@@ -1,0 +1,233 @@
+# %% [markdown]
+# # A noise-aware regression gate, and its measured error rates
+#
+# A performance CI gate answers one question: is the candidate slower than the baseline, by more
+# than the noise? Two habits make the answer trustworthy:
+#
+# - **ratios inside one run**: baseline and candidate are timed in the same process, interleaved
+#   call by call, so anything that drifts (other processes, clocks, thermals) hits both alike;
+# - **a threshold from the measured noise**: an A/A calibration (the baseline against itself)
+#   measures how much the ratio moves when nothing changed, and sets the threshold and the number
+#   of repeats from that.
+#
+# Then the gate is itself measured: how often it fails an unchanged kernel (false alarm), and how
+# often it passes a kernel made 10% slower by 10% more work (miss). The second half applies the
+# same idea to result records: this project's CPU records, and a GPU-shaped fixture record.
+
+# %%
+import json
+import math
+
+import numpy as np
+import torch
+
+from demos.harness.paths import REPO_ROOT, RESULTS_DIR
+from demos.harness.run import start
+from demos.t10_benchmarking import _gate
+
+run = start(
+    "regression_gate",
+    title="A noise-aware regression gate: false-alarm and miss rates measured, applied to records",
+    sizes={  # (elements the baseline kernel processes, trials per error rate, A/A calibration pairs)
+        "tiny": (2**16, 20, 40),
+        "small": (2**18, 100, 100),
+        "full": (2**26, 100, 100),
+    },
+    cpu_threads=1,
+)
+n, trials, calibration_pairs = run.sizes
+device = run.torch_device
+
+# %% [markdown]
+# ## The kernels
+#
+# The baseline is `torch.sin` over n elements (written into a preallocated output, so the
+# allocator stays out of it). The "unchanged" candidate is the same call through a different
+# function object. The "10% slower" candidate is the same kernel over 1.1 n elements: 10% more work,
+# so about 10% more time once n is large enough that the per-call cost is small; its true slowdown
+# is measured below rather than assumed.
+
+# %%
+SMALLEST_REGRESSION = 0.10  # the gate must catch a 10% slowdown
+Z = 3.0  # one-sided: about 0.13% false alarms if the log ratios were normal
+x = torch.randn(int(n * (1 + SMALLEST_REGRESSION)), device=device)
+out = torch.empty_like(x)
+n_slow = x.numel()
+
+
+def baseline():
+    return torch.sin(x[:n], out=out[:n])
+
+
+def unchanged():
+    return torch.sin(x[:n], out=out[:n])
+
+
+def slower():
+    return torch.sin(x[:n_slow], out=out[:n_slow])
+
+
+for name, fn, m in (("baseline", baseline, n), ("unchanged", unchanged, n), ("slower", slower, n_slow)):
+    run.check_close(name, fn()[:m], torch.sin(x[:m].double()), rtol=1e-5, atol=1e-6)
+
+time_one = lambda fn: run.device.time_calls(fn, 1, False)[0]  # noqa: E731  (the harness's per-call timer)
+
+
+def interleaved(base, cand, k: int) -> tuple[list[float], list[float]]:
+    """k pairs, order alternating (AB, BA, AB, ...) so neither always runs first."""
+    a, b = [], []
+    for i in range(k):
+        if i % 2 == 0:
+            a.append(time_one(base)), b.append(time_one(cand))
+        else:
+            b.append(time_one(cand)), a.append(time_one(base))
+    return a, b
+
+
+def sequential(base, cand, k: int) -> tuple[list[float], list[float]]:
+    """The tempting alternative: k calls of the baseline, then k of the candidate."""
+    return [time_one(base) for _ in range(k)], [time_one(cand) for _ in range(k)]
+
+
+run.time(baseline)  # warm-up through the harness protocol (and the thread count it records)
+
+# %% [markdown]
+# ## Calibration: the A/A noise sets k and the threshold
+#
+# The baseline against the unchanged copy, in interleaved pairs. The robust spread (1.4826 x the
+# median absolute deviation) of the per-pair log ratios is sigma; the gate then uses k pairs, so
+# that z standard errors of the median ratio come to half the smallest regression it must catch.
+
+# %%
+a, b = interleaved(baseline, unchanged, calibration_pairs)
+sigma = _gate.robust_sigma(np.log(b) - np.log(a))
+k = _gate.pairs_needed(sigma, SMALLEST_REGRESSION, Z)
+limit = _gate.threshold(sigma, k, Z)
+run.metric("calibration.sigma", sigma, "log ratio", label="robust spread of one pair's log ratio (A/A)")
+run.metric("gate.pairs", k, "pairs", label="pairs per gate decision, chosen from sigma")
+run.metric("gate.threshold", limit, "x", label="the gate fails a candidate whose median ratio exceeds this")
+run.check("threshold_below_regression", limit < 1 + SMALLEST_REGRESSION,
+          f"threshold {limit:.3f} < {1 + SMALLEST_REGRESSION:.2f} (else the gate could not see a 10% slowdown)")
+
+# %% [markdown]
+# ## The gate, measured: false alarms and misses
+#
+# Each trial is one gate decision on k fresh pairs. The unchanged candidate should pass every
+# time; the slower one should fail every time. The same trials are also scored the tempting way
+# (all baseline calls, then all candidate calls; same threshold) to show what interleaving buys.
+
+# %%
+results = {}
+for label, cand in (("unchanged", unchanged), ("slower", slower)):
+    inter, seq = [], []
+    for _ in range(trials):
+        inter.append(_gate.gate_ratio(*interleaved(baseline, cand, k)))
+        seq.append(_gate.gate_ratio(*sequential(baseline, cand, k)))
+    results[label] = (np.array(inter), np.array(seq))
+
+false_alarm = float(np.mean(results["unchanged"][0] > limit))
+miss = float(np.mean(results["slower"][0] <= limit))
+false_alarm_seq = float(np.mean(results["unchanged"][1] > limit))
+miss_seq = float(np.mean(results["slower"][1] <= limit))
+true_slowdown = float(np.median(results["slower"][0]))
+run.metric("gate.false_alarm_rate", false_alarm, "fraction", label=f"unchanged kernel failed, of {trials} trials (interleaved)")
+run.metric("gate.miss_rate", miss, "fraction", label=f"10%-slower kernel passed, of {trials} trials (interleaved)")
+run.metric("sequential.false_alarm_rate", false_alarm_seq, "fraction", label="the same, timed A-block then B-block")
+run.metric("sequential.miss_rate", miss_seq, "fraction", label="the same, timed A-block then B-block")
+run.metric("slower.measured_ratio", true_slowdown, "x", label="the 10%-more-work kernel's measured median ratio")
+run.metric("unchanged.ratio_p99", float(np.percentile(results["unchanged"][0], 99)), "x",
+           label="99th percentile of the unchanged kernel's gate ratio")
+run.check("detects_regression", miss <= 0.1, f"miss rate {miss:.2f} <= 0.10")
+run.check("few_false_alarms", false_alarm <= 0.1, f"false-alarm rate {false_alarm:.2f} <= 0.10")
+run.table("gate", f"Gate decisions: k = {k} pairs each, threshold {limit:.3f}, {trials} trials per row",
+          ["candidate", "timing order", "median ratio", "p1-p99 ratio", "failed the gate", "should fail"],
+          [[lbl, order, round(float(np.median(r)), 4), f"{np.percentile(r, 1):.3f}-{np.percentile(r, 99):.3f}",
+            f"{float(np.mean(r > limit)):.0%}", "yes" if lbl == "slower" else "no"]
+           for lbl in results for order, r in zip(("interleaved", "sequential"), results[lbl])])
+edges = np.linspace(0.9, 1.25, 36)
+run.series("gate", "Gate ratio over trials (interleaved pairs)", "candidate / baseline (median of pairs)",
+           "trials", {lbl: (((edges[:-1] + edges[1:]) / 2).tolist(), np.histogram(r[0], edges)[0].tolist())
+                      for lbl, r in results.items()}, hlines=None)
+
+# %% [markdown]
+# ## The same gate on result records
+#
+# A record gate cannot time anything again; it reads what the run stored. Its rules (in
+# `_gate.gate_record`): every correctness check passed (block); every fraction of a same-run
+# ceiling at most 1 (block: a fraction above 1 means the ceiling or the timing is wrong); the
+# ceiling's start and end samples within `DRIFT_WARN` of each other (warn: the run was not quiet,
+# quarantine it and re-run); and, against a baseline record, each metric's fraction of its ceiling
+# not down by more than `BLOCK_DROP` (block) or `WARN_DROP` (warn). Fractions, not GB/s: the same
+# test then runs on an A100, an H100 or an H200.
+
+# %%
+DRIFT_WARN, WARN_DROP, BLOCK_DROP = 1.25, 0.05, 0.10
+policy = dict(drift_warn=DRIFT_WARN, warn_drop=WARN_DROP, block_drop=BLOCK_DROP)
+rows, drifts, verdicts = [], [], {}
+for path in sorted(RESULTS_DIR.glob("*/cpu.json")):
+    if path.parent.name == "regression_gate":
+        continue  # this demo's own previous record
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    findings = _gate.gate_record(rec, **policy)
+    verdicts[rec["demo"]] = _gate.overall(findings)
+    drift = _gate.ceiling_drift(rec)
+    drifts += list(drift.values())
+    worst = max((m.get("fraction_of_ceiling", 0) for m in rec["metrics"].values()), default=0)
+    rows.append([rec["demo"], verdicts[rec["demo"]], round(worst, 3) if worst else "",
+                 round(max(drift.values()), 2) if drift else "",
+                 "; ".join(f.detail for f in findings if f.verdict != _gate.PASS) or "all rules pass"])
+run.table("cpu_records", f"The record gate on this project's CPU records (warn when ceiling samples differ by "
+          f"more than {DRIFT_WARN}x)", ["demo", "verdict", "largest fraction of a ceiling", "ceiling drift (x)",
+                                        "findings"], rows)
+run.metric("records.count", len(rows), "records", label="CPU records gated")
+for v in (_gate.PASS, _gate.WARN, _gate.BLOCK):
+    run.metric(f"records.{v}", sum(x == v for x in verdicts.values()), "records", label=f"CPU records that {v}")
+if drifts:
+    run.metric("records.drift_median", float(np.median(drifts)), "x",
+               label="median, over CPU records and ceilings, of the larger same-run ceiling sample over the smaller")
+    run.metric("records.drift_max", float(max(drifts)), "x", label="largest such ratio")
+
+# %% [markdown]
+# **A GPU-shaped fixture** (tests/fixtures/t10_gate_h100.json, marked `"fixture": true`, invented
+# numbers, never published as a result) is the baseline; the candidates are derived from it: the
+# same kernels on an H200 (every absolute rate 1.43x higher, as its HBM is 4.8 vs 3.35 TB/s, but
+# the same fractions), a regression (one fraction down 15%), an impossible result (a fraction above
+# 1), and a noisy run (ceiling samples 40% apart).
+
+# %%
+fixture = json.loads((REPO_ROOT / "tests" / "fixtures" / "t10_gate_h100.json").read_text(encoding="utf-8"))
+assert fixture.get("fixture") is True
+
+
+def variant(device_class: str, scale: float = 1.0, fraction_changes=None, drift=None) -> dict:
+    rec = json.loads(json.dumps(fixture))
+    rec["device_class"] = device_class
+    for c in rec["ceilings"].values():
+        c["value"] *= scale
+        c["samples"] = [s * scale for s in c["samples"]]
+    for name, m in rec["metrics"].items():
+        if "fraction_of_ceiling" in m:
+            m["fraction_of_ceiling"] *= (fraction_changes or {}).get(name, 1.0)
+            m["value"] = m["fraction_of_ceiling"] * rec["ceilings"][m["ceiling"]]["value"]
+    if drift:
+        c = rec["ceilings"]["copy_bandwidth"]
+        c["samples"] = [c["value"], c["value"] / drift]
+    return rec
+
+
+candidates = {
+    "same kernels on an H200": (variant("h200", scale=4.8 / 3.35), _gate.PASS),
+    "H200, fused LayerNorm chain 15% lower": (variant("h200", 4.8 / 3.35, {"add_ln_gelu.best_fused.gbps": 0.85}), _gate.BLOCK),
+    "H100, GEMM 7% lower": (variant("h100", 1.0, {"gemm_4096.tflops": 0.93}), _gate.WARN),
+    "H100, a kernel at 1.2x its ceiling": (variant("h100", 1.0, {"bias_relu.best_fused.gbps": 1.2 / 0.9}), _gate.BLOCK),
+    "H100, ceiling samples 40% apart": (variant("h100", 1.0, drift=1.4), _gate.WARN),
+}
+fixture_rows = []
+for label, (rec, expected) in candidates.items():
+    findings = _gate.gate_record(rec, fixture, **policy)
+    got = _gate.overall(findings)
+    run.check(f"fixture.{label}", got == expected, f"verdict {got}, expected {expected}")
+    fixture_rows.append([label, got, "; ".join(f.detail for f in findings if f.verdict != _gate.PASS) or "all rules pass"])
+run.table("fixture", "The record gate on a GPU-shaped fixture (baseline: the H100 fixture itself)",
+          ["candidate", "verdict", "findings"], fixture_rows)
+run.save()

@@ -1,0 +1,38 @@
+"""T10 profiling: gradients checked, the launch-bound and compute-bound readings come out of the profile,
+the top-operators table is recorded, and Nsight Compute is recorded as not run on CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    return run_demo("demos.t10_benchmarking.profiling", tmp_path_factory.mktemp("results"))
+
+
+def test_gradients_checked(tiny_record):
+    grads = [c for c in tiny_record["checks"] if c["name"].startswith("grad.")]
+    assert len(grads) == 4 and all(c["passed"] for c in grads)
+
+
+def test_launch_bound_vs_compute_bound(tiny_record):
+    m = tiny_record["metrics"]
+    assert m["one_big_matmul.compute_share"]["value"] > 0.5
+    assert m["tiny_layers_step.compute_share"]["value"] < 0.5
+    assert m["tiny_layers_step.us_per_op"]["value"] < m["one_big_matmul.us_per_op"]["value"]
+    for program in ("mlp_step", "tiny_layers_step", "one_big_matmul"):
+        parts = sum(m[f"{program}.{p}_share"]["value"] for p in ("compute", "other", "outside"))
+        assert parts == pytest.approx(1.0, abs=0.05)
+
+
+def test_profile_tables_and_ncu(tiny_record):
+    top = next(t for t in tiny_record["tables"] if t["name"] == "top_ops")["rows"]
+    assert top[0][0] in ("aten::mm", "aten::addmm")
+    assert "aten::mm" in tiny_record["artifacts"]["mlp_step.top_ops"]
+    assert "--kernel-name" in tiny_record["artifacts"]["ncu_command"]
+    assert any(n["variant"].startswith("Nsight Compute") for n in tiny_record["not_run"])
