@@ -1,6 +1,6 @@
 # ML Systems, Measured. The two commands of the README:
 #   make serve   set up, build and serve the site with the committed measurements
-#   make test    what CI runs: set up, regenerate CPU records, tests, check, strict build
+#   make test    what CI runs: set up, regenerate stale CPU records, tests, check, strict build
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 
@@ -44,8 +44,8 @@ serve: setup  ## build and serve the site at http://127.0.0.1:8000 (committed me
 build: setup  ## build the site into site/ (strict: any warning fails)
 	$(PY) -m mkdocs build --strict
 
-test: setup  ## everything CI runs: regenerate CPU records, tests, check, strict build
-	$(PY) -m scripts.regen --device cpu
+test: setup  ## everything CI runs: regenerate stale CPU records, tests, check, strict build
+	$(PY) -m scripts.regen --stale --device cpu
 	$(PY) -m pytest
 	$(PY) -m scripts.check
 	$(PY) -m mkdocs build --strict
