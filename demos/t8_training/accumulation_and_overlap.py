@@ -1,0 +1,176 @@
+# %% [markdown]
+# # Gradient accumulation, and how much of DDP's communication hides behind backward
+#
+# **Accumulation.** Running k micro-batches of b sequences, each loss divided by k, and stepping once
+# gives the same gradient as one batch of k*b sequences (the loss is a mean over equal-sized pieces),
+# at the memory of one micro-batch. Checked here to float32 rounding, with a teeth check: forgetting
+# the 1/k is caught.
+#
+# **Overlap.** DDP groups gradients into buckets (`bucket_cap_mb`, 25 MB by default) in the reverse
+# order of the forward pass and starts a bucket's all-reduce as soon as its last gradient is ready,
+# while backward goes on computing earlier layers (Li et al., [PyTorch Distributed: Experiences on
+# Accelerating Data Parallel Training](https://arxiv.org/abs/2006.15704)). How much of the all-reduce
+# time is hidden is not assumed here: one step on 2 gloo ranks runs under `torch.profiler`, and the
+# overlap fraction is computed from the trace's intervals: the time covered by both an all-reduce
+# event (gloo's worker thread) and a leaf ATen op of the backward pass (the autograd thread), over
+# the all-reduce time.
+
+# %%
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from demos.harness.run import start
+from demos.t7_parallelism._dist import launch
+from demos.t8_training._gpt import GPTConfig, batch, make_gpt
+
+run = start("accumulation_and_overlap", title="Gradient accumulation and DDP compute/communication overlap",
+            sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=64, heads=2, layers=2, dropout=0.0), "b": 2,
+                            "k": 4, "caps": [0.05, 25.0]},
+                   "small": {"cfg": GPTConfig(vocab=512, seq=64, width=128, heads=4, layers=6, dropout=0.0), "b": 4,
+                             "k": 4, "caps": [0.1, 0.5, 2.0, 25.0]},
+                   "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=1024, heads=16, layers=8, dropout=0.0),
+                            "b": 4, "k": 8, "caps": [1.0, 5.0, 25.0, 100.0]}},
+            cpu_threads=1)
+cfg, B, K = run.sizes["cfg"], run.sizes["b"], run.sizes["k"]
+dev = run.torch_device
+
+# %% [markdown]
+# ## Accumulation equals the large batch
+
+# %%
+def grads_after(fn):
+    model = make_gpt(cfg, seed=0, device=dev).train()
+    fn(model)
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+tokens, targets = batch(cfg, B * K, step=0, device=dev)
+big = grads_after(lambda m: m(tokens, targets).backward())
+
+
+def accumulate(model, divide=True):
+    for t, y in zip(tokens.split(B), targets.split(B)):
+        loss = model(t, y)
+        (loss / K if divide else loss).backward()
+
+
+accumulated = grads_after(accumulate)
+run.check_close("accumulation_equals_big_batch", accumulated, big, rtol=1e-4, atol=1e-6,
+                reference_name=f"one batch of {B * K} sequences")
+forgot = grads_after(lambda m: accumulate(m, divide=False))
+err = ((forgot - big).abs() - (1e-6 + 1e-4 * big.abs())).max().item()
+run.check("forgetting_1_over_k_is_caught", err > 0, f"without /k the gradient is {K}x too large: outside the tolerance")
+run.metric("accumulation.max_abs_err", (accumulated - big).abs().max().item(), "abs")
+run.metric("accumulation.grad_norm_ratio_without_division", (forgot.norm() / big.norm()).item(), "x")
+
+# %% [markdown]
+# ## DDP overlap, read from the trace
+#
+# For each `bucket_cap_mb`: a warm-up step (DDP rebuilds its buckets in the order gradients arrived
+# during the first backward), then one profiled step. Intervals are merged per kind before they are
+# intersected, so concurrent events are not counted twice.
+
+# %%
+def union(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def length(intervals):
+    return sum(b - a for a, b in intervals)
+
+
+def intersect(xs, ys):
+    out, i, j = [], 0, 0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if a < b:
+            out.append([a, b])
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def profile_one_step(rank, cap_mb):
+    model = make_gpt(cfg, seed=0).train()
+    ddp = DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.0)
+
+    def step(i):
+        t, y = batch(cfg, B, step=i, seed=rank)
+        opt.zero_grad(set_to_none=True)
+        loss = ddp(t, y)
+        with torch.profiler.record_function("backward"):
+            loss.backward()
+        opt.step()
+
+    step(0)
+    step(1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("train_step"):
+            step(2)
+    events = prof.events()
+    comm_events = [e for e in events if e.name == "gloo:all_reduce"]
+    comm = union([[e.time_range.start, e.time_range.end] for e in comm_events])
+    comm_threads = {e.thread for e in comm_events}
+    bw = [e for e in events if e.name == "backward"][0].time_range
+    whole = [e for e in events if e.name == "train_step"][0].time_range
+    # backward compute: the leaf ATen ops (no child ops) inside backward(), off gloo's threads; a parent
+    # event such as autograd's evaluate_function can contain time spent waiting, a leaf op is work
+    leaves = [e for e in events if e.name.startswith("aten::") and not e.cpu_children and e.thread not in comm_threads
+              and bw.start <= e.time_range.start and e.time_range.end <= bw.end]
+    backward = union([[e.time_range.start, e.time_range.end] for e in leaves])
+    first_issue = min(e.time_range.start for e in events if e.name == "c10d::allreduce_")
+    return {"comm_us": length(comm), "backward_us": length(backward), "overlap_us": length(intersect(comm, backward)),
+            "compute_after_first_issue_us": length(intersect(backward, [[first_issue, bw.end]])),
+            "backward_window_us": bw.end - bw.start, "step_us": whole.end - whole.start,
+            "buckets": len(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(",")),
+            "all_reduces": len(comm_events)}
+
+
+def ddp_worker(rank, world, caps):
+    return [profile_one_step(rank, cap) for cap in caps]
+
+
+grad_mb = sum(p.numel() for p in make_gpt(cfg).parameters()) * 4 / 2**20
+run.metric("ddp.gradient_mb", grad_mb, "MiB", label="fp32 gradients all-reduced per step")
+caps = run.sizes["caps"]
+rows, fractions, opportunity = [], [], []
+for cap, r in zip(caps, launch(ddp_worker, 2, caps)[0]):  # rank 0's traces
+    frac = r["overlap_us"] / r["comm_us"]
+    chance = r["compute_after_first_issue_us"] / r["backward_us"]
+    tag = f"cap{str(cap).replace('.', 'p')}"
+    run.metric(f"ddp.{tag}.overlap_fraction", frac, "fraction", label=f"bucket_cap_mb={cap}: all-reduce time under backward compute")
+    run.metric(f"ddp.{tag}.compute_after_first_all_reduce", chance, "fraction",
+               label="backward compute left when the first all-reduce is issued")
+    run.metric(f"ddp.{tag}.buckets", r["buckets"], "buckets")
+    run.metric(f"ddp.{tag}.comm_ms", r["comm_us"] / 1e3, "ms")
+    run.metric(f"ddp.{tag}.exposed_ms", (r["comm_us"] - r["overlap_us"]) / 1e3, "ms",
+               label="all-reduce time not under backward compute")
+    run.metric(f"ddp.{tag}.backward_ms", r["backward_window_us"] / 1e3, "ms", label="backward() call, wall, waits included")
+    run.metric(f"ddp.{tag}.step_ms", r["step_us"] / 1e3, "ms", label="one profiled step")
+    run.check(f"ddp.{tag}.one_all_reduce_per_bucket", r["all_reduces"] == r["buckets"],
+              f"{r['all_reduces']} gloo all-reduces for {r['buckets']} buckets")
+    rows.append([cap, r["buckets"], r["comm_us"] / 1e3, r["backward_us"] / 1e3, chance, frac,
+                 (r["comm_us"] - r["overlap_us"]) / 1e3, r["backward_window_us"] / 1e3, r["step_us"] / 1e3])
+    fractions.append(frac)
+    opportunity.append(chance)
+run.table("overlap", f"DDP on 2 gloo ranks, {grad_mb:.1f} MiB of gradients (rank 0's trace)",
+          ["bucket_cap_mb", "buckets", "all-reduce ms", "backward compute ms", "compute left at 1st all-reduce",
+           "overlap fraction", "exposed all-reduce ms", "backward() wall ms", "step ms"], rows)
+run.series("overlap", "DDP: what can hide and what did hide", "bucket_cap_mb", "fraction",
+           {"backward compute left when the first all-reduce starts": (caps, opportunity),
+            "all-reduce time under backward compute (measured overlap)": (caps, fractions)}, x_log=True)
+run.check("one_bucket_cannot_overlap", opportunity[-1] < 0.15 and fractions[-1] < 0.15,
+          f"one bucket: the all-reduce is issued with {opportunity[-1]:.3f} of backward compute left, overlap "
+          f"{fractions[-1]:.3f}")
+run.check("small_buckets_start_early", opportunity[0] > 0.3,
+          f"smallest buckets: the first all-reduce is issued with {opportunity[0]:.2f} of backward compute still to run")
+run.save()
