@@ -324,6 +324,28 @@ def glossary_table(docs: Path = DOCS) -> str:
 
 
 # -- placeholders ---------------------------------------------------------------------------------------------------
+def measurement_status() -> str:
+    """How many demos have records on each device class, and how many of those are fresh: the home page's
+    one-line answer to 'is this measured on a GPU yet?'."""
+    from scripts import catalog
+
+    demos = catalog.discover()
+    per_class: dict[str, list[str]] = {}
+    for name, demo in demos.items():
+        for device_class, rec in catalog.load_records(name).items():
+            per_class.setdefault(device_class, []).append(catalog.freshness(demo, rec))
+    rows = ["| device | demos with a record | fresh | demo changed since |", "|---|---|---|---|"]
+    for device_class in sorted(per_class, key=lambda c: (not catalog.is_gpu_class(c), c)):
+        states = per_class[device_class]
+        rows.append(f"| {html.escape(catalog.device_label(device_class))} | {len(states)} of {len(demos)} | "
+                    f"{states.count('fresh')} | {states.count('stale')} |")
+    gpu = [c for c in per_class if catalog.is_gpu_class(c)]
+    lead = ("No demo has a GPU record yet: every GPU claim on the site reads \"not yet measured\", and the CPU "
+            "tab is shown first." if not gpu else
+            f"GPU records exist for {len(gpu)} device class(es); their tabs come first on every page.")
+    return lead + "\n\n" + "\n".join(rows)
+
+
 def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) -> str:
     from_dir = posixpath.dirname(page_src_uri)
 
@@ -340,6 +362,8 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
             return cheat_sheet(from_dir, docs)
         if name == "glossary":
             return glossary_table(docs)
+        if name == "measurement-status":
+            return measurement_status()
         if name == "practice-cards":
             return cards_script(practice_cards(to_html, url_dir, docs))
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")

@@ -1,0 +1,58 @@
+"""Pages with and without a GPU record, driven by the GPU-shaped fixture (tests/fixtures/records; never
+published): the tab with data comes first, GPU claims are judged on the GPU record, and before any GPU
+record exists a section says "not yet measured" once, not once per number."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import REPO, make_record
+from demos.harness import record
+from scripts import render
+
+FIXTURE = REPO / "tests" / "fixtures" / "records" / "kernel_fusion" / "h100.json"
+DIGEST = "sha256:" + "0" * 64
+PAGE = """## Measured
+
+{{ results kernel_fusion }}
+
+## Claims
+
+Control: {{ claim kernel_fusion @gpu bias_relu.best_fused.gbps:fraction >= 0.8 }}.
+Value: {{ metric kernel_fusion bias_relu.best_fused.gbps @h100 }} and {{ metric kernel_fusion bias_relu.best_fused.gbps:fraction @h100 }}.
+"""
+
+
+def fixture() -> record.Record:
+    return record.parse(json.loads(FIXTURE.read_text()), str(FIXTURE))
+
+
+def cpu() -> record.Record:
+    rec = make_record()
+    rec["metrics"]["bias_relu.best_fused.gbps"] = {"value": 10.0, "unit": "GB/s", "ceiling": "copy_bandwidth",
+                                                   "fraction_of_ceiling": 0.5}
+    return rec
+
+
+def page(records: dict) -> str:
+    return render.render_page(PAGE, "topics/x.md", load=lambda demo: records, digests={"kernel_fusion": DIGEST})
+
+
+def test_with_a_gpu_record_its_tab_comes_first_and_gpu_claims_are_judged():
+    gpu = fixture()
+    assert gpu.is_fixture and gpu.device_class == "h100"
+    out = page({"h100": gpu, "cpu": cpu()})
+    assert out.index('=== "H100"') < out.index('=== "CPU"') and '=== "GPU"' not in out
+    assert "FIXTURE \\(not a measurement\\)" in out  # the provenance line says what it is
+    fraction = gpu.metrics["bias_relu.best_fused.gbps"].fraction_of_ceiling
+    verdict = "holds on H100" if fraction >= 0.8 else "contradicted on H100"
+    assert verdict in out and "not yet measured on GPU" not in out
+    assert "not yet measured on H100" not in out and "(H100)" in out  # the metric has its value
+
+
+def test_without_a_gpu_record_the_cpu_tab_comes_first_and_one_notice_per_section():
+    out = page({"cpu": cpu()})
+    assert out.index('=== "CPU"') < out.index('=== "GPU"')  # the first tab a reader sees has numbers
+    assert "not yet measured on a GPU" in out
+    assert out.count("not yet measured on H100") == 1  # two H100 metrics, one notice for the section
+    assert "? not yet measured on GPU" in out  # the claim's own verdict
