@@ -404,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     info = preflight(args.device, env, args.demos_dir.absolute())
     out.mkdir(parents=True, exist_ok=True)
     (out / "preflight.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    if args.device != "cpu" and not info.get("gpu_name"):
+        info["gpu_name"] = _gpu_name_in_process()  # the preflight failed or timed out: ask torch directly
+        info["cuda_available"] = info["gpu_name"] is not None
     if args.device == "cpu":
         device_class = "cpu"
     elif info.get("cuda_available") and info.get("gpu_name"):
@@ -469,6 +472,15 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_markdown(campaign))
     print(f"gpu_campaign: done in {time.perf_counter() - wall_start:.0f} s; files under {out}", flush=True)
     return 0 if all(r.status in ("ok", "fresh", "not started (budget)") for r in campaign.rows) else 1
+
+
+def _gpu_name_in_process() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:
+        return None
 
 
 def _utc() -> str:
