@@ -161,6 +161,16 @@ def test_cheat_sheet_prints_without_navigation(page):
     assert page.locator("h2").first.is_visible()
 
 
+def test_cheat_sheet_prints_on_at_most_two_a4_pages(page):
+    """Issue 15 item 14: what a candidate rereads before an interview fits two printed A4 pages."""
+    import re
+
+    load(page, "cheat-sheet/", "cheat-sheet")
+    pdf = page.pdf(format="A4", prefer_css_page_size=True)
+    pages = max(int(n) for n in re.findall(rb"/Count (\d+)", pdf))
+    assert 1 <= pages <= 2, f"the cheat sheet prints on {pages} A4 pages"
+
+
 def test_parallel_calculator_agrees_with_the_python_model(page):
     load(page, "topics/parallelism/", "topic-parallelism")
     calculator = page.locator("#parallel-calculator")

@@ -77,12 +77,27 @@ def test_practice_cards_are_generated_from_the_pages(built_site):
                 assert href.startswith("../") and (site / "practice" / href / "index.html").resolve().exists(), href
 
 
+def test_each_question_card_has_its_own_answer_and_measured_number(built_site):
+    """Issue 15 item 13: a question's card shows that question's 30-second answer (not the page's
+    whole section) and the measured number the answer rests on, with its device."""
+    site, _ = built_site
+    html = (site / "practice" / "index.html").read_text()
+    cards = json.loads(html.split('<script type="application/json" id="mm-cards">', 1)[1].split("</script>", 1)[0])
+    serving = [c for c in cards if c["topic"] == "T6" and c["kind"] == "question"]
+    assert len(serving) >= 4 and len({c["answer"] for c in serving}) == len(serving)
+    for card in serving:
+        assert "<strong>" not in card["answer"][:40]  # the bold question itself is not repeated
+        assert 'class="mm-value"' in card["measured"] and "(CPU)" in card["measured"], card["question"]
+    assert all(c["measured"] == "" for c in cards if c["kind"] == "follow-up")
+
+
 def test_cheat_sheet_and_glossary(built_site):
     site, _ = built_site
     cheat = (site / "cheat-sheet" / "index.html").read_text()
     for href in re.findall(r'href="(\.\./topics/[^"#]+)', cheat):  # links from the topic pages, rewritten
         assert (site / "cheat-sheet" / href / "index.html").resolve().exists(), href
     assert "T3. Kernel fusion" in cheat and "memory-bound" in cheat
+    assert "FLOP/byte" in cheat and "{{" not in cheat and "not measured on" not in cheat  # computed, inserted
     glossary = (site / "glossary" / "index.html").read_text()
     assert "NVIDIA Collective Communications Library" in glossary
     topic = (site / "topics" / "kernel-fusion" / "index.html").read_text()

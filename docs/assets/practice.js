@@ -1,5 +1,6 @@
 // Practice mode: question cards generated from the topic pages at build time (an inline JSON
-// script on the practice page). Filters by topic and difficulty, answer hidden until asked,
+// script on the practice page); a question card shows its own 30-second answer and the measured
+// number it rests on. Filters by topic and difficulty, answer hidden until asked,
 // keyboard-driven, and the "known" marks are kept in this browser's localStorage.
 (function () {
   "use strict";
@@ -63,7 +64,8 @@
         $("mm-card-meta").appendChild(span);
       }
       $("mm-card-question").innerHTML = c.question; // escaped at build time
-      answer.innerHTML = c.answer + `<p><a href="${c.url}">Full answer and measurements →</a></p>`; // built from the site's own pages
+      const measured = c.measured ? `<div class="mm-card-measured"><strong>Measured</strong> ${c.measured}</div>` : "";
+      answer.innerHTML = measured + c.answer + `<p><a href="${c.url}">Full answer and measurements →</a></p>`; // built from the site's own pages
       $("mm-known").textContent = known.has(c.id) ? "Mark not known" : "Mark known";
       $("mm-progress").textContent = `Card ${pos + 1} of ${visible.length} · ${known.size} of ${all.length} marked known`;
     }
