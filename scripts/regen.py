@@ -90,6 +90,22 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+def _die_with_parent():
+    """For Popen's preexec_fn: the demo gets SIGKILL when regen itself dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so a regen killed without a chance to clean up leaves no demo holding the machine."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+_PREEXEC = _die_with_parent() if sys.platform.startswith("linux") else None
+
+
 @dataclass
 class Finished:
     returncode: int | None
@@ -113,7 +129,7 @@ def run_with_deadline(command: list[str], log_path: Path, timeout: float, env: d
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=env, start_new_session=True)
+                                errors="replace", env=env, start_new_session=True, preexec_fn=_PREEXEC)
 
         def pump():
             for line in proc.stdout:

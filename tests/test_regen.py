@@ -202,3 +202,22 @@ def test_each_run_writes_its_own_log(tmp_path):
     second = regen.run_demo(demos["ok_demo"], "cpu", None, tmp_path / "results", console, 60, env, log_dir=tmp_path / "logs")
     assert first.log != second.log and first.log.exists() and second.log.exists()
     assert "measuring" in first.log.read_text() and "measuring" in second.log.read_text()
+
+
+def test_a_demo_dies_with_regen_even_when_regen_is_killed_outright(tmp_path):
+    _, env = _fake_demo_set(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.regen", "hang_demo", "--demos-dir",
+                             str(tmp_path / "fakedemos"), "--results-dir", str(tmp_path / "results"), "--timeout", "300"],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: (tmp_path / "pids").exists() and len(_pids(tmp_path)) == 2, 60)
+        proc.kill()  # SIGKILL: no handler runs
+        proc.wait(timeout=20)
+        demo_pid, _ = _pids(tmp_path)
+        assert _wait_for(lambda: not _alive(demo_pid), 10), "the demo must not outlive a killed regen"
+    finally:
+        for pid in _pids(tmp_path) if (tmp_path / "pids").exists() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
