@@ -72,12 +72,13 @@ if run.device.is_gpu:
     # reduction orders), and a one-step difference in a hidden state travels through every layer. An
     # element-wise atol + rtol*|ref| then means nothing: a logit near 0 has a tiny allowance while its
     # error is set by the row's scale. So the check is stated in bf16 steps at the scale of each row's
-    # logits: every logit within 8 steps (ulps) of bf16 at the row's largest |logit| (one step there is
-    # 2^-7 of its power of two, so about 3-6% of the largest logit: rounding, not a different
-    # computation), and the top-1 token the same, except where the reference's two best logits are
-    # themselves within that bound (a near-tie that rounding may flip). A batching bug (a mask letting
-    # sequences see each other, a cache row mixed up) moves logits by whole units and changes tokens.
-    ULPS = 8
+    # logits: every logit within 16 steps (ulps) of bf16 at the row's largest |logit| (one step there
+    # is 2^-7 of its power of two, so 16 steps are 6-12% of the largest logit; one-step roundings
+    # spread over 12 layers are expected at 1-2%), and the top-1 token the same, except where the
+    # reference's two best logits are themselves within that bound (a near-tie that rounding may
+    # flip). A batching bug (a mask letting sequences see each other, a cache row mixed up) moves
+    # logits by the whole scale and changes tokens.
+    ULPS = 16
     got, ref = together.float(), alone.float()
     row_scale = ref.abs().amax(dim=-1, keepdim=True)
     ulp = torch.exp2(torch.floor(torch.log2(row_scale)) - 7)  # bf16 keeps 8 significant bits
