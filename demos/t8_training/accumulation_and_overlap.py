@@ -113,7 +113,7 @@ def profile_one_step(rank, cap_mb):
 
     step(0)
     step(1)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
         with torch.profiler.record_function("train_step"):
             step(2)
     events = prof.events()
@@ -122,14 +122,20 @@ def profile_one_step(rank, cap_mb):
     comm_threads = {e.thread for e in comm_events}
     bw = [e for e in events if e.name == "backward"][0].time_range
     whole = [e for e in events if e.name == "train_step"][0].time_range
-    # backward compute: the leaf ATen ops (no child ops) inside backward(), off gloo's threads; a parent
-    # event such as autograd's evaluate_function can contain time spent waiting, a leaf op is work
-    leaves = [e for e in events if e.name.startswith("aten::") and not e.cpu_children and e.thread not in comm_threads
+    # backward compute: the outermost ATen ops inside backward(), off gloo's threads, ... ; a parent event
+    # such as autograd's evaluate_function can contain time spent waiting, an ATen op is work
+    leaves = [e for e in events if e.name.startswith("aten::") and e.thread not in comm_threads
+              and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
               and bw.start <= e.time_range.start and e.time_range.end <= bw.end]
-    backward = union([[e.time_range.start, e.time_range.end] for e in leaves])
+    # ... inside autograd's gradient functions (not AccumulateGrad, not DDP's bucket copies after the wait)
+    grad_fns = union([[e.time_range.start, e.time_range.end] for e in events
+                      if e.name.startswith("autograd::engine::evaluate_function") and "AccumulateGrad" not in e.name])
+    backward = intersect(union([[e.time_range.start, e.time_range.end] for e in leaves]), grad_fns)
     first_issue = min(e.time_range.start for e in events if e.name == "c10d::allreduce_")
     return {"comm_us": length(comm), "backward_us": length(backward), "overlap_us": length(intersect(comm, backward)),
-            "compute_after_first_issue_us": length(intersect(backward, [[first_issue, bw.end]])),
+            # the order of work, not its timing: matmul FLOPs of backward issued after the first all-reduce
+            "flops_after_first_issue": sum(e.flops for e in leaves if e.time_range.start >= first_issue),
+            "backward_flops": sum(e.flops for e in leaves),
             "backward_window_us": bw.end - bw.start, "step_us": whole.end - whole.start,
             "buckets": len(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(",")),
             "all_reduces": len(comm_events)}
@@ -145,11 +151,11 @@ caps = run.sizes["caps"]
 rows, fractions, opportunity = [], [], []
 for cap, r in zip(caps, launch(ddp_worker, 2, caps)[0]):  # rank 0's traces
     frac = r["overlap_us"] / r["comm_us"]
-    chance = r["compute_after_first_issue_us"] / r["backward_us"]
+    chance = r["flops_after_first_issue"] / r["backward_flops"]
     tag = f"cap{str(cap).replace('.', 'p')}"
     run.metric(f"ddp.{tag}.overlap_fraction", frac, "fraction", label=f"bucket_cap_mb={cap}: all-reduce time under backward compute")
     run.metric(f"ddp.{tag}.compute_after_first_all_reduce", chance, "fraction",
-               label="backward compute left when the first all-reduce is issued")
+               label="share of backward matmul FLOPs still to run when the first all-reduce is issued")
     run.metric(f"ddp.{tag}.buckets", r["buckets"], "buckets")
     run.metric(f"ddp.{tag}.comm_ms", r["comm_us"] / 1e3, "ms")
     run.metric(f"ddp.{tag}.exposed_ms", (r["comm_us"] - r["overlap_us"]) / 1e3, "ms",
@@ -163,14 +169,14 @@ for cap, r in zip(caps, launch(ddp_worker, 2, caps)[0]):  # rank 0's traces
     fractions.append(frac)
     opportunity.append(chance)
 run.table("overlap", f"DDP on 2 gloo ranks, {grad_mb:.1f} MiB of gradients (rank 0's trace)",
-          ["bucket_cap_mb", "buckets", "all-reduce ms", "backward compute ms", "compute left at 1st all-reduce",
+          ["bucket_cap_mb", "buckets", "all-reduce ms", "backward compute ms", "FLOPs left at 1st all-reduce",
            "overlap fraction", "exposed all-reduce ms", "backward() wall ms", "step ms"], rows)
 run.series("overlap", "DDP: what can hide and what did hide", "bucket_cap_mb", "fraction",
-           {"backward compute left when the first all-reduce starts": (caps, opportunity),
+           {"backward FLOPs left when the first all-reduce is issued": (caps, opportunity),
             "all-reduce time under backward compute (measured overlap)": (caps, fractions)}, x_log=True)
 run.check("one_bucket_cannot_overlap", opportunity[-1] < 0.15 and fractions[-1] < 0.15,
-          f"one bucket: the all-reduce is issued with {opportunity[-1]:.3f} of backward compute left, overlap "
+          f"one bucket: the all-reduce is issued with {opportunity[-1]:.3f} of backward FLOPs left, overlap "
           f"{fractions[-1]:.3f}")
 run.check("small_buckets_start_early", opportunity[0] > 0.3,
-          f"smallest buckets: the first all-reduce is issued with {opportunity[0]:.2f} of backward compute still to run")
+          f"smallest buckets: the first all-reduce is issued with {opportunity[0]:.2f} of backward FLOPs still to run")
 run.save()
