@@ -80,13 +80,14 @@ def naive_attention(q, k, v):
 def online_softmax_attention(q, k, v, block: int = 128):
     b, h, n, d = q.shape
     scale = d ** -0.5
-    running_max = torch.full((b, h, n, 1), float("-inf"), device=q.device, dtype=torch.float32)
-    running_sum = torch.zeros(b, h, n, 1, device=q.device, dtype=torch.float32)
-    out = torch.zeros(b, h, n, d, device=q.device, dtype=torch.float32)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # float64 when it is the reference
+    running_max = torch.full((b, h, n, 1), float("-inf"), device=q.device, dtype=acc)
+    running_sum = torch.zeros(b, h, n, 1, device=q.device, dtype=acc)
+    out = torch.zeros(b, h, n, d, device=q.device, dtype=acc)
     for start in range(0, n, block):
         stop = min(start + block, n)
         # queries before `start` cannot see these keys; query start+i sees key start+j iff j <= i
-        scores = (q[:, :, start:] @ k[:, :, start:stop].transpose(-1, -2)).float() * scale  # (b, h, n-start, block)
+        scores = (q[:, :, start:] @ k[:, :, start:stop].transpose(-1, -2)).to(acc) * scale  # (b, h, n-start, block)
         future = torch.arange(stop - start, device=q.device) > torch.arange(n - start, device=q.device)[:, None]
         scores.masked_fill_(future, float("-inf"))
         old_max = running_max[:, :, start:]
