@@ -18,7 +18,7 @@ def tiny_record(tmp_path_factory):
 
 def test_ridge_points_are_computed_from_the_roofs(tiny_record):
     m, c = tiny_record["metrics"], tiny_record["ceilings"]
-    assert m["ridge_fp32"]["value"] == pytest.approx(m["roof.matmul_tflops"]["value"] * 1e3 / m["roof.read_gbps"]["value"])
+    assert m["ridge_fp32"]["value"] == pytest.approx(m["roof.peak_tflops"]["value"] * 1e3 / m["roof.bandwidth_gbps"]["value"])
     assert m["ridge_fp32_all_cores"]["value"] == pytest.approx(c["matmul_fp32"]["value"] * 1e3 / c["copy_bandwidth"]["value"])
 
 

@@ -192,8 +192,8 @@ run.metric("softmax.naive_nan_cases", sum(r[2] != "finite" for r in rows), "case
 # %% [markdown]
 # ## Mixed precision and convergence
 #
-# **Gradient range.** Gradients of size ~1e-7..1e-4 (typical of late training) in fp16: below
-# 2^-24 (6e-8) they become zero, below 2^-14 they lose bits as subnormals. Multiplying the loss by
+# **Gradient range.** Gradients spread over 1e-9..1e-4 in fp16: below 2^-25 (3e-8) they round to
+# zero, and below 2^-14 (6.1e-5) they lose bits as subnormals. Multiplying the loss by
 # 2^16 (loss scaling) shifts them into range; bf16 has fp32's exponent range and needs none.
 #
 # **Update size.** Linear regression trained by SGD three ways: fp32; everything in bf16
