@@ -428,12 +428,17 @@ def main(argv: list[str] | None = None) -> int:
     looked_in = [results_dir, args.published_dir.absolute()]
     priority = gpu_marker_counts()
     todo = []
+    training_counted = False  # the T6 model is trained once per machine: count it for one demo only
     for name, demo in demos.items():
         if only and name not in only:
             continue
         est, source = estimate(name, device_class, looked_in)
-        row = Row(name, "", estimate_s=est, estimate_from=source, priority=priority.get(name, 0))
         state = freshness(demo, device_class, looked_in)
+        if "training" in source and (state != "fresh" or args.force):
+            if training_counted:
+                est, source = est - T6_TRAINING_S[0], "table (T6 model trained by an earlier demo)"
+            training_counted = True
+        row = Row(name, "", estimate_s=est, estimate_from=source, priority=priority.get(name, 0))
         if state == "fresh" and not args.force:
             row.status, row.reason = "fresh", "its record for this class is fresh: not re-run"
         else:
