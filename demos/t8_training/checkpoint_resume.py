@@ -157,8 +157,9 @@ finally:
 # minimises lost time is about tau = sqrt(2 delta M) (Young, [A first order approximation to the
 # optimum checkpoint interval](https://doi.org/10.1145/361147.361115), 1974); Daly's refinement
 # ([A higher order estimate of the optimum checkpoint interval for restart dumps](https://doi.org/10.1016/j.future.2004.11.016),
-# 2006) gives tau = sqrt(2 delta M) - delta for delta < M/2. The expected waste is then about
-# delta / tau (writing) + tau / (2 M) (recomputing half an interval on average), plus the restart.
+# 2006) adds higher-order terms, tau = sqrt(2 delta M) (1 + sqrt(delta/2M)/3 + delta/18M) - delta for
+# delta < 2M, and tau = M beyond. The expected waste is then about delta / tau (writing) +
+# (tau + delta) / (2 M) (recomputing half an interval on average), plus the restart itself.
 # M shrinks with the job: Meta's Llama 3 report ([The Llama 3 Herd of Models](https://arxiv.org/abs/2407.21783),
 # section 3.3.4) counts 419 unexpected interruptions in 54 days on 16,384 H100s, about one every 3.1 hours.
 # Below, delta is a 70B model's full training state (16 B per parameter, the step_memory demo) written
@@ -167,8 +168,13 @@ finally:
 
 # %%
 def young_daly(delta_s, mtbf_s):
-    tau = math.sqrt(2 * delta_s * mtbf_s) - delta_s
-    return tau, delta_s / tau + tau / (2 * mtbf_s)
+    """Daly's higher-order interval (tau = M once delta >= 2M) and the first-order expected waste."""
+    if delta_s >= 2 * mtbf_s:
+        tau = mtbf_s
+    else:
+        r = delta_s / (2 * mtbf_s)
+        tau = math.sqrt(2 * delta_s * mtbf_s) * (1 + math.sqrt(r) / 3 + r / 9) - delta_s
+    return tau, delta_s / tau + (tau + delta_s) / (2 * mtbf_s)
 
 
 MTBF_16K_S = 54 * 24 * 3600 / 419  # Llama 3 report: 419 interruptions in 54 days on 16,384 GPUs
