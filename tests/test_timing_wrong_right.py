@@ -37,11 +37,11 @@ def test_gpu_timers_not_run_on_cpu(tiny_record):
 
 
 def test_sync_less_clock_times_the_launch_on_an_async_device():
-    """A fake asynchronous device: a call queues 30 ms of work on a thread and returns at once."""
+    """A fake asynchronous device: a call queues 100 ms of work on a thread and returns at once."""
     pending = []
 
     def launch():
-        worker = threading.Thread(target=time.sleep, args=(0.03,))
+        worker = threading.Thread(target=time.sleep, args=(0.1,))
         worker.start()
         pending.append(worker)
 
@@ -51,4 +51,5 @@ def test_sync_less_clock_times_the_launch_on_an_async_device():
 
     no_sync = _timers.host_clock_no_sync(launch, 3, sync)
     with_sync = _timers.host_clock_sync(launch, 3, sync)
-    assert max(no_sync) < 0.01 < 0.025 < min(with_sync)
+    assert sorted(no_sync)[1] < 0.05  # the median: starting a thread on a busy machine can itself take ms
+    assert min(with_sync) >= 0.1

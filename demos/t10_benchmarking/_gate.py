@@ -8,8 +8,8 @@ different days or machines.
    ratio exceeds a threshold set from the *measured* noise of an A/A calibration (the baseline
    against itself): threshold = exp(z * SE), SE = 1.2533 * sigma / sqrt(k) (the standard error of
    a median of k normal draws), sigma = 1.4826 * MAD of the A/A log ratios (a robust standard
-   deviation). The number of pairs k is chosen so that the threshold sits at half the smallest
-   regression the gate must catch.
+   deviation), never below a floor of 2%. The number of pairs k is chosen so that the threshold
+   sits at half the smallest regression the gate must catch.
 2. **Record gate** (one result record, optionally against a baseline record): every check passed;
    every fraction of a same-run ceiling at most 1; the ceiling's two samples (start and end of the
    run) close enough that the run was quiet; and, against a baseline, each metric's fraction of
@@ -40,8 +40,10 @@ def pairs_needed(sigma: float, smallest_regression: float, z: float, k_min: int 
     return max(k_min, min(k_max, k))
 
 
-def threshold(sigma: float, k: int, z: float) -> float:
-    return math.exp(z * MEDIAN_SE * sigma / math.sqrt(k))
+def threshold(sigma: float, k: int, z: float, floor: float = 1.02) -> float:
+    """exp(z * SE of the median log ratio), but never below ``floor``: a GPU's A/A noise can be a fraction of
+    a percent, and a gate that fails a 0.5% difference fails on effects (clock, placement) nobody can act on."""
+    return max(math.exp(z * MEDIAN_SE * sigma / math.sqrt(k)), floor)
 
 
 def gate_ratio(base_times, cand_times) -> float:

@@ -44,9 +44,10 @@ def op():
     return a @ b
 
 
-# The first call in this process is timed apart before anything else touches the op: it carries
-# one-time costs (library initialisation, the first allocation of the output, on a GPU the cuBLAS
-# handle and workspace, on a CPU page faults on fresh memory).
+# The first call of the op is timed apart. In a fresh process a first matmul carries one-time costs
+# (library initialisation, on a GPU the cuBLAS handle and workspace); here the harness's ceilings
+# have already run matmuls in this process, so what is left is this shape's first call, and it may
+# cost no more than the others. The compile case (warmup_and_caches) is where first calls hurt.
 out, first_call_s = run.first_call(op)
 reference = a.double().cpu() @ b.double().cpu()
 tol = dict(rtol=2e-2, atol=2e-2 * n**0.5) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4 * n**0.5)
