@@ -383,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     commit = resolve_commit(args.commit)
     if not commit:
         fail(f"no commit to record: pass --commit SHA (or set {COMMIT_ENV}); the GPU machine's copy has no .git")
+    if not re.fullmatch(r"[0-9a-f]{4,64}", commit):
+        fail(f"--commit {commit!r}: expected a commit hash (4 to 64 lower-case hex digits), as `git rev-parse HEAD` prints")
     try:
         demos = catalog.discover(args.demos_dir.absolute())
     except ValueError as e:

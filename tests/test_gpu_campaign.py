@@ -152,6 +152,13 @@ def test_campaign_freshness_reads_the_real_rule(tmp_path):
         catalog.record_freshness(demo, "h100", tmp_path / "b")
 
 
+def test_a_commit_that_is_no_hash_is_refused_up_front(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_campaign.main(["--out", str(tmp_path / "out"), "--device", "cpu", "--commit", "HEAD"])
+    assert e.value.code == 2 and "expected a commit hash" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_commit_is_one_line_and_exit_2(tmp_path, monkeypatch):
     monkeypatch.delenv("MM_SOURCE_COMMIT", raising=False)
     monkeypatch.setattr(gpu_campaign, "resolve_commit", lambda asked: asked)
