@@ -30,7 +30,7 @@ run = start(
     "distillation",
     title="Knowledge distillation: teacher, student alone, distilled student, temperature",
     sizes={  # (seeds, temperatures, student epochs)
-        "tiny": ([0, 1], [1.0, 4.0], 10),
+        "tiny": ([0, 1], [1.0, 4.0], 30),
         "small": ([0, 1, 2], [1.0, 2.0, 4.0, 8.0], 30),
         "full": ([0, 1, 2, 3, 4], [1.0, 2.0, 4.0, 8.0], 30),
     },

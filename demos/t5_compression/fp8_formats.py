@@ -164,7 +164,7 @@ major = torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capab
 if run.device.is_gpu and major >= 89:
     t_fp8, t_bf16 = run.time(fp8_mm).median_s, run.time(bf16_mm).median_s
     flops = 2 * mm_n**3
-    run.metric("matmul.fp8_tflops", flops / t_fp8 / 1e12, "TFLOP/s", label="FP8 _scaled_mm")
+    run.metric("matmul.fp8_tflops", flops / t_fp8 / 1e12, "TFLOP/s", label="FP8 _scaled_mm", dtype="float8")
     run.metric("matmul.bf16_tflops", flops / t_bf16 / 1e12, "TFLOP/s", label="bf16 matmul", ceiling="matmul_bf16")
     run.metric("matmul.fp8_speedup", t_bf16 / t_fp8, "x", label="bf16 time over FP8 time")
 else:

@@ -232,6 +232,13 @@ def torch_variants(m: torch.nn.Module) -> dict:
             q = copy.deepcopy(m).to(device, torch.bfloat16 if name == "int8_weight_only" else torch.float32)
             quantize_(q, config)
             out[name] = q
+    if not run.device.is_gpu:  # the CPU kernel torchao's weight-only path calls, called directly (no tensor subclass)
+        layers = [(quantize_weight(l.weight.detach(), 8, True), l.bias.detach().bfloat16())
+                  for l in m if isinstance(l, torch.nn.Linear)] if isinstance(m, torch.nn.Sequential) else None
+        if layers is not None:
+            (codes, scale), bias = layers[0]
+            out["int8_weight_only_aten"] = lambda x: torch.ops.aten._weight_int8pack_mm(
+                x, codes, scale.flatten().bfloat16()) + bias
     return out
 
 
@@ -240,8 +247,13 @@ with torch.no_grad():
     for scope, m in (("model", copy.deepcopy(model)),
                      (f"linear{big_width}", torch.nn.Sequential(torch.nn.Linear(big_width, big_width)))):
         for name, q in torch_variants(m).items():
-            dtype = next(p.dtype for p in q.parameters()) if name != "int8_dynamic_w8a8" else torch.float32
+            dtype = (torch.bfloat16 if name.startswith("int8_weight_only") else
+                     torch.float32 if name == "int8_dynamic_w8a8" else next(q.parameters()).dtype)
             width = 64 if scope == "model" else big_width
+            if name == "int8_weight_only_aten":
+                ref = m(x_check := torch.randn(3, width, device=device)).double()
+                run.check_close("aten_int8pack_mm.layer", q(x_check.bfloat16()), ref, rtol=3e-2, atol=3e-2,
+                                reference_name="the fp32 layer (INT8 per-channel weights, bf16 activations)")
             if scope == "model" and name.startswith("int8"):
                 out = q(x_te.to(device, dtype)).float()
                 run.check(f"torchao.{name}.accuracy", accuracy(lambda x: out, x_te, y_te) >= acc["fp32"][0] - 0.01,
@@ -253,6 +265,24 @@ with torch.no_grad():
                 run.log(f"  {scope} {name:18s} rows {rows:5d} {latency[scope, name, rows] * 1e6:10.1f} us")
 if not has_torchao:
     run.not_run("torchao int8_weight_only / int8_dynamic_w8a8", torchao_reason)
+else:  # what each torchao path runs, per call: the profiler's op list for one row through the large layer
+    lines = []
+    with torch.no_grad():
+        for name, q in torch_variants(torch.nn.Sequential(torch.nn.Linear(big_width, big_width))).items():
+            if not name.startswith("int8_") or name.endswith("_aten"):
+                continue
+            x = torch.randn(1, big_width, device=device, dtype=torch.bfloat16 if "weight_only" in name else torch.float32)
+            q(x)
+            with torch.profiler.profile() as prof:
+                q(x)
+            ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:6]
+            lines.append(f"{name} (torchao {torchao.__version__}), one {big_width}x{big_width} layer, 1 row; "
+                         "ops by self CPU time:\n" + "\n".join(f"  {e.key:34s} calls {e.count}" for e in ops))
+    run.artifact("torchao_ops", "\n\n".join(lines))
+if ("linear" + str(big_width), "int8_weight_only_aten", 1) in latency and has_torchao:
+    run.metric(f"latency.linear{big_width}.torchao_over_aten_rows1",
+               latency[f"linear{big_width}", "int8_weight_only", 1] / latency[f"linear{big_width}", "int8_weight_only_aten", 1],
+               "x", label="torchao INT8 weight-only time over the fused aten kernel's time, one row")
 rows_table = []
 for (scope, name, rows), t in latency.items():
     rows_table.append([scope, name, rows, round(t * 1e6, 1), round(latency[scope, "fp32", rows] / t, 2)])
