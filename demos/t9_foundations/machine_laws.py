@@ -175,7 +175,10 @@ def placed_from_records() -> list[tuple]:
             continue
         value = rec["metrics"][metric]["value"]
         if intensity is None:  # a square matmul of side n: 2 n^3 FLOPs over 3 n^2 elements
-            row = next(r for t in rec["tables"] if t["name"] == "matmul" for r in t["rows"] if "multiple of 8" in str(r[0]))
+            row = next((r for t in rec["tables"] if t["name"] == "matmul" for r in t["rows"] if "multiple of 8" in str(r[0])), None)
+            if row is None:
+                run.not_run(f"placing {demo}.{metric}", "its record has no matmul table row to read the size from")
+                continue
             n = int(str(row[0]).split()[0])
             intensity = 2 * n / (3 * (4 if cpu else 2))
             kernel = f"{kernel} n={n}"
@@ -183,7 +186,8 @@ def placed_from_records() -> list[tuple]:
         else:
             tflops = value * intensity / 1e3
         threads = (rec["settings"].get("cpu_threads") or {}).get("timings") or rec["provenance"].get("torch_threads")
-        own = roof(intensity, rec["ceilings"]["copy_bandwidth"]["value"], rec["ceilings"]["matmul_fp32"]["value"])
+        matmul_ceiling = "matmul_fp32" if cpu else "matmul_bf16"  # the dtype those demos use on each device
+        own = roof(intensity, rec["ceilings"]["copy_bandwidth"]["value"], rec["ceilings"][matmul_ceiling]["value"])
         out.append((demo, kernel, intensity, tflops, threads, tflops / own))
     return out
 
