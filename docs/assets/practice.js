@@ -64,7 +64,7 @@
         $("mm-card-meta").appendChild(span);
       }
       $("mm-card-question").innerHTML = c.question; // escaped at build time
-      const measured = c.measured ? `<div class="mm-card-measured"><strong>Measured</strong> ${c.measured}</div>` : "";
+      const measured = c.measured ? `<div class="mm-card-measured"><strong>Measured:</strong> ${c.measured}</div>` : "";
       answer.innerHTML = measured + c.answer + `<p><a href="${c.url}">Full answer and measurements →</a></p>`; // built from the site's own pages
       $("mm-known").textContent = known.has(c.id) ? "Mark not known" : "Mark known";
       $("mm-progress").textContent = `Card ${pos + 1} of ${visible.length} · ${known.size} of ${all.length} marked known`;
