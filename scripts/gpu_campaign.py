@@ -286,7 +286,7 @@ def _tar(members: list[tuple[str, Path]]) -> bytes:
 
 def summary_markdown(c: Campaign) -> str:
     used = sum(r.seconds or 0 for r in c.rows)
-    remaining = [r.demo for r in c.rows if r.status.startswith("not started")]
+    remaining = [r.demo for r in c.rows if r.status.startswith("not started") or r.status == "interrupted"]
     lines = [f"# GPU campaign on {c.preflight.get('gpu_name', c.device_class)} (class {c.device_class})", "",
              f"commit {c.commit or 'UNKNOWN'}; started {c.started_utc}; budget {c.budget_s / 60:.1f} min; "
              f"demo time used {used / 60:.1f} min", ""]
@@ -320,7 +320,7 @@ def write_outputs(c: Campaign, results_dir: Path, log_dir: Path) -> None:
     summary = {**{k: v for k, v in asdict(c).items() if k not in ("out", "rows", "preflight")},
                "out": str(c.out), "rows": [asdict(r) for r in c.rows],
                "demo_seconds_used": sum(r.seconds or 0 for r in c.rows),
-               "remaining": [r.demo for r in c.rows if r.status.startswith("not started")],
+               "remaining": [r.demo for r in c.rows if r.status.startswith("not started") or r.status == "interrupted"],
                "estimates_table": {k: {"seconds": v[0], "how": v[1]} for k, v in ESTIMATES_S.items()},
                "t6_training": {"seconds": T6_TRAINING_S[0], "how": T6_TRAINING_S[1]},
                "process_start_s": PROCESS_START_S}
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="gpu_campaign", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="where the archives and the summary go ($OUT)")
     parser.add_argument("--budget-min", type=float, default=8.5,
-                        help="minutes of demo time this call may use (default 8.5: a 10-minute call with room)")
+                        help="minutes this call may run, preflight included (default 8.5: a 10-minute call with room)")
     parser.add_argument("--commit", default=None, help=f"the commit being measured (default: ${COMMIT_ENV}, else git)")
     parser.add_argument("--only", default=None, help="comma-separated demo names (default: every demo)")
     parser.add_argument("--force", action="store_true", help="run even demos whose record is fresh")
@@ -453,28 +453,38 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(campaign, results_dir, log_dir)
 
     console = regen.Console(highlight=False, width=200)
-    demo_seconds = 0.0
-    with regen.signals_raise():
-        for row in todo:
-            est, source = estimate(row.demo, device_class, looked_in)  # training may have happened meanwhile
-            row.estimate_s, row.estimate_from = est, source
-            left = campaign.budget_s - demo_seconds
-            if est > left:
-                row.status = "not started (budget)"
-                row.reason = f"estimated {est:.0f} s, {max(left, 0):.0f} s of the budget left"
+    current = None
+    try:
+        with regen.signals_raise():
+            for row in todo:
+                est, source = estimate(row.demo, device_class, looked_in)  # training may have happened meanwhile
+                row.estimate_s, row.estimate_from = est, source
+                left = campaign.budget_s - (time.perf_counter() - wall_start)  # preflight and packing count too
+                if est > left:
+                    row.status = "not started (budget)"
+                    row.reason = f"estimated {est:.0f} s, {max(left, 0):.0f} s of the budget left"
+                    write_outputs(campaign, results_dir, log_dir)
+                    continue
+                row.limit_s = demo_limit(est, left, args.demo_limit_s)
+                print(f"gpu_campaign: {row.demo} (estimate {est:.0f} s, limit {row.limit_s:.0f} s, "
+                      f"{left:.0f} s of budget left)", flush=True)
+                current = row
+                outcome = regen.run_demo(demos[row.demo], args.device, args.size, results_dir, console, row.limit_s,
+                                         env, device_class=device_class, log_dir=log_dir)
+                current = None
+                row.seconds = outcome.seconds
+                row.status = outcome.status
+                row.reason = outcome.detail if not outcome.ok else f"wrote {row.demo}/{device_class}.json"
+                print(f"gpu_campaign: {row.demo}: {row.status} in {outcome.seconds:.0f} s", flush=True)
                 write_outputs(campaign, results_dir, log_dir)
-                continue
-            row.limit_s = demo_limit(est, left, args.demo_limit_s)
-            print(f"gpu_campaign: {row.demo} (estimate {est:.0f} s, limit {row.limit_s:.0f} s, "
-                  f"{left:.0f} s of budget left)", flush=True)
-            outcome = regen.run_demo(demos[row.demo], args.device, args.size, results_dir, console, row.limit_s, env,
-                                     device_class=device_class, log_dir=log_dir)
-            demo_seconds += outcome.seconds
-            row.seconds = outcome.seconds
-            row.status = outcome.status
-            row.reason = outcome.detail if not outcome.ok else f"wrote {row.demo}/{device_class}.json"
-            print(f"gpu_campaign: {row.demo}: {row.status} in {outcome.seconds:.0f} s", flush=True)
-            write_outputs(campaign, results_dir, log_dir)
+    except (KeyboardInterrupt, SystemExit):  # stopped from outside (the call's time limit): say so, keep what finished
+        if current is not None:
+            current.status, current.reason = "interrupted", "the campaign was stopped while this demo ran"
+        for row in todo:
+            if not row.status:
+                row.status, row.reason = "not started (interrupted)", "the campaign was stopped first"
+        write_outputs(campaign, results_dir, log_dir)
+        raise
     write_outputs(campaign, results_dir, log_dir)
     print(summary_markdown(campaign))
     print(f"gpu_campaign: done in {time.perf_counter() - wall_start:.0f} s; files under {out}", flush=True)

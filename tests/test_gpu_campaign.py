@@ -243,3 +243,24 @@ def test_fixture_records_are_valid_marked_and_never_published():
                 assert abs(metric["fraction_of_ceiling"] - metric["value"] / rec["ceilings"][metric["ceiling"]]["value"]) < 1e-9
         assert not (REPO / "docs" / "results" / rec["demo"] / "h100.json").exists() or \
             not json.loads((REPO / "docs" / "results" / rec["demo"] / "h100.json").read_text()).get("fixture")
+
+
+def test_a_campaign_stopped_from_outside_says_what_finished_and_what_remains(tmp_path, monkeypatch):
+    _stand_ins(tmp_path, monkeypatch, {"first": 1, "second": 2, "third": 3}, {"first": "", "second": "", "third": ""})
+    real_run_demo = gpu_campaign.regen.run_demo
+
+    def stopped_at_second(demo, *args, **kwargs):
+        if demo.name == "second":
+            raise SystemExit(143)  # what SIGTERM turns into inside regen.signals_raise
+        return real_run_demo(demo, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_campaign.regen, "run_demo", stopped_at_second)
+    with pytest.raises(SystemExit):
+        _campaign(tmp_path)
+    rows = _summary(tmp_path)
+    assert rows["first"]["status"] == "ok"
+    assert rows["second"]["status"] == "interrupted" and rows["third"]["status"] == "not started (interrupted)"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["remaining"] == ["second", "third"]
+    with tarfile.open(tmp_path / "out" / "records.tar.gz") as t:
+        assert t.getnames() == ["docs/results/first/cpu.json"]
