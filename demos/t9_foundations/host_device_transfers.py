@@ -119,6 +119,10 @@ if gpu:
             d @ weight
 
     def pipelined():
+        # Both side streams start after everything already queued on the current stream (the timing
+        # event, and the previous call's work), so one call never overlaps the next.
+        copy_stream.wait_stream(torch.cuda.current_stream())
+        compute_stream.wait_stream(torch.cuda.current_stream())
         copied = []
         with torch.cuda.stream(copy_stream):
             for h, d in zip(chunks, dev_chunks):
