@@ -88,22 +88,89 @@ def test_loopback_bytes_match_the_ring_formula(tiny_record, p):
     assert_loopback_bytes_match_the_ring_formula(tiny_record, p)
 
 
-def test_single_device_gemm_study(tiny_record):
-    m = tiny_record["metrics"]
-    for t in (1, 2, 4, 8):
-        assert m[f"gemm.t{t}.tflops"]["ceiling"] == "matmul_fp32" and m[f"gemm.t{t}.tflops"]["value"] > 0
-    checks = {c["name"]: c for c in tiny_record["checks"]}
-    assert all(checks[f"gemm.t{t}.shards_concatenated"]["passed"] for t in (1, 2, 4, 8))
-    assert {t["name"] for t in tiny_record["tables"]} == {"p2", "p4", "dtensor", "step_time", "gemm"}
-    assert m["p1.step_ms"]["value"] > 0 and tiny_record["not_run"] == []
+def test_tables_and_nothing_skipped_on_cpu(tiny_record):
+    assert {t["name"] for t in tiny_record["tables"]} == {"p2", "p4", "dtensor", "step_time"}
+    assert tiny_record["metrics"]["p1.step_ms"]["value"] > 0 and tiny_record["not_run"] == []
 
 
 def test_under_torchrun_only_its_world_size_runs(torchrun_record):
     assert_ranks_equal_the_single_process_model(torchrun_record, 2)
     assert_collectives_match_the_formulas(torchrun_record, 2)
     assert not any(name.startswith("p4.") for name in torchrun_record["metrics"])
-    assert {t["name"] for t in torchrun_record["tables"]} == {"p2", "dtensor", "step_time", "gemm"}
+    assert {t["name"] for t in torchrun_record["tables"]} == {"p2", "dtensor", "step_time"}
 
 
 def test_loopback_bytes_under_torchrun(torchrun_record):
     assert_loopback_bytes_match_the_ring_formula(torchrun_record, 2)
+
+
+# -- where the ranks run (_dist.place_ranks), on any machine -------------------------------------
+
+class FakeRun:
+    """What place_ranks reads and writes of a Run: the device, and the not-run list."""
+
+    def __init__(self, gpu: bool):
+        import torch
+
+        self.device = type("D", (), {"is_gpu": gpu})()
+        self.torch_device = torch.device("cuda" if gpu else "cpu")
+        self.not_run_list = []
+
+    def not_run(self, variant, reason):
+        self.not_run_list.append((variant, reason))
+
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+@pytest.fixture
+def plain_process(monkeypatch):
+    for name in TORCHRUN_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_cpu_run_forks_every_world_size(plain_process):
+    from demos.t7_parallelism import _dist
+
+    run = FakeRun(gpu=False)
+    ranks = _dist.place_ranks(run, [2, 4], "x")
+    assert ranks.device.type == "cpu" and ranks.world_sizes == (2, 4) and ranks.backend == "gloo"
+    assert run.not_run_list == []
+
+
+def test_one_gpu_without_torchrun_records_the_ranks_as_not_run(plain_process):
+    from demos.t7_parallelism import _dist
+
+    run = FakeRun(gpu=True)
+    assert _dist.place_ranks(run, [2, 4], "tensor parallel on several GPUs") is None
+    assert run.not_run_list == [("tensor parallel on several GPUs",
+                                 "needs 4 GPUs: start it with torchrun --nproc-per-node 4")]
+    assert _dist.place_ranks(run, [4], "pipeline stages", gpus=False) is None
+    assert "by design" in run.not_run_list[-1][1]
+
+
+def test_torchrun_with_more_local_ranks_than_gpus_is_refused(monkeypatch):
+    import torch
+
+    from demos.t7_parallelism import _dist
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    set_device = []
+    monkeypatch.setattr(torch.cuda, "set_device", set_device.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    _dist.pin_gpu_per_rank()
+    assert set_device == []  # never a GPU this node does not have
+    with pytest.raises(SystemExit) as exit_info:
+        _dist.place_ranks(FakeRun(gpu=True), [2, 4], "x")
+    assert exit_info.value.code == 2
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    _dist.pin_gpu_per_rank()
+    assert set_device == [1]
+    ranks = _dist.place_ranks(FakeRun(gpu=True), [2, 4], "x")
+    assert ranks.world_sizes == (2,) and ranks.backend == "nccl"

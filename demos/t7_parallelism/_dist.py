@@ -1,22 +1,26 @@
-"""Start ranks of torch.distributed for a demo, and bring each rank's result back.
+"""The rank plumbing of the T7 demos: where the ranks run, starting them, metering their bytes,
+counting their collectives, and timing a step on a rank through the harness.
 
-    results = launch(worker, 4, *args)   # worker(rank, world_size, *args) runs in 4 processes
+    ranks = place_ranks(run, [2, 4], "NCCL tensor parallel")  # None: the multi-rank part is not run
+    results = launch(worker, 4, *args, device=ranks.device)   # worker(rank, world_size, *args)
 
-Two ways in, one worker:
-- run as a plain script, ``launch`` forks ``world_size`` processes on this host
-  (torch.multiprocessing, fork start method, so the worker can live in the demo file itself) and
-  joins them; each rank joins a gloo process group over TCP on 127.0.0.1;
-- run under torchrun (``RANK``/``WORLD_SIZE`` set, e.g. several GPUs or nodes with NCCL), the
-  current process *is* one rank: ``launch`` runs the worker here and gathers every rank's result on
-  global rank 0. Other ranks get ``None`` back and should exit without writing a record.
+Where the ranks run is decided here, once, for every demo (``place_ranks``):
 
-Every rank uses one intra-op thread: the ranks share this machine's cores, and one thread each is the
-honest stand-in for "one device per rank".
+- a plain script on a CPU run forks one process per rank on this host (torch.multiprocessing, fork
+  start method, so the worker can live in the demo file itself); each joins a gloo process group over
+  TCP on 127.0.0.1 with one intra-op thread, the stand-in for "one device per rank";
+- under torchrun (``RANK``/``WORLD_SIZE`` set) the current process *is* one rank, and only the world
+  size torchrun started is run: with ``--device cuda`` one GPU per local rank over NCCL (fewer GPUs
+  than local ranks is a one-line error), otherwise CPU ranks over gloo. ``launch`` gathers every
+  rank's result on global rank 0; the other ranks get ``None`` and exit without writing a record;
+- ``--device cuda`` without torchrun is one process, so the parts that need several GPUs are recorded
+  as not run (with the torchrun line that runs them); the demo still measures its single-device parts.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime
 import os
 import socket
@@ -28,6 +32,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from demos.harness import threads
+from demos.harness.device import resolve
+from demos.harness.errors import fail
+from demos.harness.timing import Settings, Timing, measure
 
 TIMEOUT = datetime.timedelta(seconds=120)
 
@@ -40,8 +47,57 @@ def torchrun_world_size() -> int | None:
     return int(os.environ["WORLD_SIZE"]) if under_torchrun() else None
 
 
+def local_ranks() -> int:
+    """How many ranks torchrun started on this node (1 outside torchrun)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if under_torchrun() else 1
+
+
 def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
+
+
+def pin_gpu_per_rank() -> None:
+    """Under torchrun with a GPU for every local rank, make this rank's GPU the current one. Call it
+    before ``start()``, so that the harness's ceilings already run on this rank's GPU."""
+    if under_torchrun() and torch.cuda.is_available() and torch.cuda.device_count() >= local_ranks():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    device: torch.device  # where every rank's tensors live
+    world_sizes: tuple[int, ...]  # the world sizes this run starts, one after the other
+
+    @property
+    def backend(self) -> str:
+        return backend_for(self.device)
+
+    @property
+    def on_gpus(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def place_ranks(run, world_sizes, variant: str, gpus: bool = True) -> Ranks | None:
+    """Where this run's ranks go (see the module docstring), or None where the multi-rank part cannot run
+    here: then ``variant`` is recorded as not run (and, under torchrun, every rank but 0 exits).
+    ``gpus=False``: the demo's ranks are CPU processes by design, never GPU ranks."""
+    needed = max(world_sizes)
+    if not run.device.is_gpu:
+        return Ranks(torch.device("cpu"), (torchrun_world_size(),) if under_torchrun() else tuple(world_sizes))
+    if not gpus:
+        reason = (f"its {needed} ranks are CPU processes over gloo by design (the CPU record has them); "
+                  "there is no GPU version of this part")
+    elif not under_torchrun():
+        reason = f"needs {needed} GPUs: start it with torchrun --nproc-per-node {needed}"
+    elif torch.cuda.device_count() < local_ranks():
+        fail(f"torchrun started {local_ranks()} ranks on this node but {torch.cuda.device_count()} GPU(s) are "
+             f"visible: start it with --nproc-per-node {torch.cuda.device_count()} or fewer")
+    else:
+        return Ranks(run.torch_device, (torchrun_world_size(),))
+    run.not_run(variant, reason)
+    if under_torchrun() and int(os.environ["RANK"]) != 0:
+        raise SystemExit(0)  # rank 0 writes the record
+    return None
 
 
 def _free_port() -> int:
@@ -78,17 +134,27 @@ def launch(worker, world_size: int, *args, device: torch.device = torch.device("
 
 def _launch_here(worker, args, device):
     if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        pin_gpu_per_rank()  # a no-op when it already ran; never a GPU this node does not have
     else:
         threads.limit(1)  # the harness's thread policy, applied in each rank
     if not dist.is_initialized():
-        dist.init_process_group(backend_for(device), timeout=TIMEOUT)
+        dist.init_process_group(backend_for(device), timeout=TIMEOUT,
+                                **({"device_id": torch.device("cuda", torch.cuda.current_device())}
+                                   if device.type == "cuda" else {}))
     rank, world_size = dist.get_rank(), dist.get_world_size()
     result = worker(rank, world_size, *args)
     gathered = [None] * world_size if rank == 0 else None
     dist.gather_object(result, gathered, dst=0)
     return gathered
 
+
+def shutdown() -> None:
+    """End this process's process group (under torchrun; a no-op otherwise)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# -- bytes ---------------------------------------------------------------------------------------
 
 def loopback_tx_bytes() -> int | None:
     """Bytes sent over the loopback interface by every process on this machine (``lo`` in
@@ -114,6 +180,37 @@ def bytes_written_by_this_process() -> int | None:
         return None
 
 
+def can_meter_bytes(ranks: Ranks) -> bool:
+    """Gloo sends every byte through a socket of this host, where the counters above see it; NCCL does not."""
+    return ranks.backend == "gloo" and all(map(os.path.exists, ("/proc/net/dev", "/proc/self/io")))
+
+
+def _window(body) -> tuple[int, int]:
+    """(loopback bytes, bytes this rank wrote) across body(), read between barriers: a barrier before
+    the read, one after it (so no rank sends before every rank has read), one after body()."""
+    dist.barrier()
+    loopback, written = loopback_tx_bytes(), bytes_written_by_this_process()
+    dist.barrier()
+    body()
+    dist.barrier()
+    return loopback_tx_bytes() - loopback, bytes_written_by_this_process() - written
+
+
+def bytes_sent(body, windows: int) -> dict[str, list[int]]:
+    """The byte meter: body() in ``windows`` windows between barriers, each net of the barriers' own
+    bytes (the least of as many windows around nothing). Per window: ``loopback``, every byte sent on
+    this host's loopback interface (read it on one rank; other programs can only add to it, so the
+    least of several windows is the quietest), and ``written``, the bytes this rank wrote (payload and
+    the backend's message headers, immune to other programs). Call body() once before, to keep
+    first-call set-up out of the windows."""
+    empty = [_window(lambda: None) for _ in range(windows)]
+    base_loopback, base_written = min(lo for lo, _ in empty), min(w for _, w in empty)
+    measured = [_window(body) for _ in range(windows)]
+    return {"loopback": [lo - base_loopback for lo, _ in measured], "written": [w - base_written for _, w in measured]}
+
+
+# -- collectives and time ------------------------------------------------------------------------
+
 def collective_calls(fn) -> collections.Counter:
     """Run ``fn()`` under torch.profiler and count its collective events by name: what the framework
     issued (``c10d::allreduce_``, ...) and what the backend ran (``gloo:all_reduce``, ``nccl:...``)."""
@@ -123,7 +220,48 @@ def collective_calls(fn) -> collections.Counter:
     return collections.Counter(e.name for e in prof.events() if e.name.startswith(("c10d::", f"{backend}:")))
 
 
-def shutdown() -> None:
-    """End this process's process group (under torchrun; a no-op otherwise)."""
+def rank_timer(device: torch.device):
+    """The harness's Device for a rank's device (a CPU rank of a GPU run times with the CPU's)."""
+    return resolve(device.type)
+
+
+def time_steps(step, device: torch.device, repeats: int, steps: int = 1) -> Timing:
+    """The harness's ``measure`` on a rank, per step: ``repeats`` timed calls of ``steps`` steps after one
+    warm-up, after a barrier. The counts are fixed, so every rank runs the same collectives."""
+    settings = Settings(warmup=1, min_repeats=repeats, max_repeats=repeats, min_time=0.0, flush_l2=False)
     if dist.is_initialized():
-        dist.destroy_process_group()
+        dist.barrier()
+    timing = measure(lambda: [step() for _ in range(steps)], rank_timer(device), settings)
+    return Timing(*(v / steps for v in (timing.first_call_s, timing.median_s, timing.p10_s, timing.p90_s)),
+                  repeats=timing.repeats)
+
+
+def profile_steps(step, steps: int, device: torch.device) -> tuple[dict[str, float], float]:
+    """Collective calls per step by backend event name (``all_reduce``, ...) over ``steps`` profiled
+    steps, and the fraction of those steps spent inside all-reduces (waiting for the slowest rank
+    included). One step before them lets every rank's profiler start first."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+        dist.barrier()
+        with record_function("counted_steps"):
+            for _ in range(steps):
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+    events = prof.events()
+    window = next(e.time_range for e in events if e.name == "counted_steps")
+    inside = [e for e in events if window.start <= e.time_range.start <= window.end]
+    calls = collections.Counter()
+    for e in inside:
+        backend, _, collective = e.name.partition(":")
+        if backend in ("gloo", "nccl") and collective:
+            calls[collective] += 1
+    if device.type == "cuda":  # the CPU-side event is the launch; the time is the NCCL kernel's
+        busy = [e for e in inside if e.device_type == torch.autograd.DeviceType.CUDA and "allreduce" in e.name.lower()]
+    else:
+        busy = [e for e in inside if e.name.endswith(":all_reduce")]
+    fraction = sum(e.time_range.elapsed_us() for e in busy) / window.elapsed_us()
+    return {name: n / steps for name, n in calls.items()}, fraction

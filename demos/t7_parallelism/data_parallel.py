@@ -13,133 +13,81 @@
 # Training Trillion Parameter Models](https://arxiv.org/abs/1910.02054)) predicts: bytes per
 # parameter on each rank, the collectives each step issues (counted by `torch.profiler`), and the
 # bytes they move (what each rank writes to its sockets, and the loopback interface's counter).
-# Last, DDP's gradient bucket size: how many all-reduces a step makes, and what that costs in time.
+# How DDP's gradient buckets set the number of all-reduces is `ddp_buckets.py`.
 
 # %%
 import math
-import time
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard  # FSDP2 (public since torch 2.6)
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-try:  # the public path since torch 2.6
-    from torch.distributed.fsdp import fully_shard
-except ImportError:  # older releases kept FSDP2 here
-    from torch.distributed._composable.fsdp import fully_shard
-
-from demos.harness import device as devices
 from demos.harness.run import start
-from demos.harness.timing import Settings, measure
 from demos.t7_parallelism import _dist
+from demos.t7_parallelism._dp_model import (ATOL, LR, RTOL, UnshardedPeak, bytes_sent, c10d, close_to,
+                                            count_collectives,
+                                            global_batch, make_mlp, module_of, my_rows, optimizer_state,
+                                            storage_bytes, train_single_process, train_step)
 
+_dist.pin_gpu_per_rank()  # under torchrun: this rank's GPU, before start() measures the ceilings
 run = start(
     "data_parallel",
     title="Data parallelism: DDP vs ZeRO-1 vs FSDP2, memory and traffic per rank",
-    sizes={  # the checked MLP (layers x width, global batch), and the bucket-sweep MLP
-        "tiny": {"layers": 4, "width": 66, "batch": 8, "steps": 3,
-                 "sweep_layers": 6, "sweep_width": 300, "sweep_batch": 8, "sweep_repeats": 3},
-        "small": {"layers": 8, "width": 258, "batch": 32, "steps": 3,
-                  "sweep_layers": 20, "sweep_width": 500, "sweep_batch": 16, "sweep_repeats": 7},
-        "full": {"layers": 8, "width": 1026, "batch": 64, "steps": 3,
-                 "sweep_layers": 24, "sweep_width": 1024, "sweep_batch": 64, "sweep_repeats": 10},
+    sizes={  # the checked MLP: layers x width, global batch, Adam steps
+        "tiny": {"layers": 4, "width": 66, "batch": 8, "steps": 3},
+        "small": {"layers": 8, "width": 258, "batch": 32, "steps": 3},
+        "full": {"layers": 8, "width": 1026, "batch": 64, "steps": 3},
     },
 )
 cfg = run.sizes
-LR = 1e-3
-RTOL, ATOL = 1e-4, 1e-5  # fp32; only the order of gradient sums differs. ATOL is 1% of one Adam step (LR)
 MB = 1e6
 
 # %% [markdown]
 # ## Where the ranks run
 #
-# Without `torchrun`, `_dist.launch` forks the ranks on this machine, each a process with **one
-# intra-op thread**, talking **gloo over the loopback interface** (TCP on 127.0.0.1). On the 2-core
-# VM that records the CPU numbers, 4 ranks share 2 cores: memory, counts and bytes are exact, step
-# times are not what a real cluster would see. On GPUs, the same code runs under `torchrun` with one
-# process per GPU and NCCL, and only for the world size torchrun started. What NCCL on
-# NVLink/InfiniBand changes is explained at the end, not measured here.
+# As a plain script, `_dist.launch` forks the ranks on this machine, each a process with **one
+# intra-op thread**, talking **gloo over the loopback interface** (TCP on 127.0.0.1). With fewer
+# cores than ranks, memory, counts and bytes are exact but step times are not what a cluster would
+# see. On GPUs the same code runs under `torchrun`, one process per GPU over NCCL, for the world size
+# torchrun started; `--device cuda` without torchrun records the ranks as not run.
 
 # %%
-on_gpus = run.device.is_gpu and _dist.under_torchrun()
-if run.device.is_gpu and not on_gpus:
-    run.not_run("NCCL DDP/FSDP across GPUs",
-                "not started by torchrun (one process per GPU); the ranks run on CPU with gloo instead")
-rank_device = run.torch_device if on_gpus else torch.device("cpu")
-step_timer = run.device if on_gpus else devices.resolve("cpu")  # a rank forked after CUDA started must not use it
-world_sizes = [_dist.torchrun_world_size()] if _dist.under_torchrun() else [2, 4]
-measure_bytes = not on_gpus  # gloo writes every byte through a socket on this host; NCCL does not
+ranks = _dist.place_ranks(run, [2, 4], "DDP, ZeRO-1 and FSDP2 on several GPUs (NCCL)")
+if ranks is None:
+    run.save()
+    raise SystemExit(0)
+rank_device, world_sizes = ranks.device, ranks.world_sizes
+measure_bytes = _dist.can_meter_bytes(ranks)  # gloo writes every byte through a socket on this host; NCCL does not
 if not measure_bytes:
     run.not_run("bytes sent per step", "NCCL moves data over NVLink/PCIe/InfiniBand, not through sockets on `lo`")
-run.log(f"ranks on {rank_device.type} ({'nccl' if on_gpus else 'gloo'}), world sizes {world_sizes}")
 
 # %% [markdown]
 # ## The model, the data, and the single-process reference
 #
-# A stack of square `Linear` layers with ReLU between them, trained with Adam in fp32 on a
-# mean-squared error. The width is 2 more than a multiple of 4, so 4 ranks cannot split a weight's
-# rows evenly and FSDP's padding shows up in the measurements. Every rank builds the same
-# initial model from the same seed and draws the same global batches; rank r trains on the r-th
-# of p equal slices of each. Because the slices are equal, the average of the ranks' gradients is
-# exactly the gradient of the whole-batch loss, so the reference is one process training on the
-# whole batch.
+# A stack of square `Linear` layers with ReLU, trained with Adam in fp32 on a mean-squared error
+# (`_dp_model.py`). The width is 2 more than a multiple of 4, so 4 ranks cannot split a weight's rows
+# evenly and FSDP's padding shows. Every rank builds the same model from one seed and trains on the
+# r-th of p equal slices of the same global batches; with equal slices the average of the ranks'
+# gradients is the whole-batch gradient, so the reference is one process on the whole batch.
 
 # %%
-def make_mlp(layers: int, width: int, seed: int = 0) -> nn.Sequential:
-    torch.manual_seed(seed)
-    blocks = []
-    for i in range(layers):
-        blocks.append(nn.Linear(width, width))
-        if i < layers - 1:
-            blocks.append(nn.ReLU())
-    return nn.Sequential(*blocks)
-
-
-def global_batch(step: int, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
-
-
-def my_rows(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
-    return t.chunk(world_size)[rank]
-
-
-def train_step(model, optimizer, x, y) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    F.mse_loss(model(x), y).backward()
-    optimizer.step()
-
-
-def train_single_process(layers, width, batches) -> torch.Tensor:
-    """One process, whole batches: the reference every variant must reproduce (flat parameters)."""
-    model = make_mlp(layers, width)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    for x, y in batches:
-        train_step(model, optimizer, x, y)
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
 batches = [global_batch(s, cfg["batch"], cfg["width"]) for s in range(cfg["steps"])]
 reference = train_single_process(cfg["layers"], cfg["width"], batches)
 n_params = reference.numel()
 n_tensors = 2 * cfg["layers"]
 run.metric("model.params_m", n_params / 1e6, "M", label=f"MLP {cfg['layers']} x {cfg['width']}: parameters (millions)")
-run.log(f"model: {cfg['layers']} x Linear({cfg['width']}, {cfg['width']}), {n_params:,} parameters, "
-        f"{n_params * 4 / MB:.2f} MB in fp32; {cfg['steps']} Adam steps on a batch of {cfg['batch']}")
 
 # %% [markdown]
 # ## The variants
 #
 # - **ddp**: `DistributedDataParallel` with `gradient_as_bucket_view=True`, so each `.grad` is a
-#   view into the bucket that is all-reduced. (With the default `False`, DDP keeps the buckets
-#   *and* separate `.grad` tensors: a second full copy of the gradients, as its
-#   [documentation](https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html)
-#   says.) Plain Adam on every rank.
+#   view into the all-reduced bucket (the default keeps a second full copy of the gradients, says
+#   its [documentation](https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html)).
+#   Plain Adam on every rank.
 # - **zero1**: the same DDP, with `torch.distributed.optim.ZeroRedundancyOptimizer` around Adam.
 #   That is ZeRO stage 1: each rank keeps Adam's state for only its share of the parameter
 #   tensors, updates those, and broadcasts them to the others. Gradients are still all-reduced in
@@ -173,102 +121,32 @@ def wrap(variant: str, model: nn.Module, world_size: int):
     return model, torch.optim.Adam(model.parameters(), lr=LR)
 
 
-def module_of(wrapped):
-    return wrapped.module if isinstance(wrapped, DistributedDataParallel) else wrapped
-
-
-def optimizer_state(optimizer) -> list[torch.Tensor]:
-    inner = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
-    return [v for state in inner.state.values() for v in state.values() if torch.is_tensor(v)]
-
-
 # %% [markdown]
 # ## How each quantity is measured, inside every rank
 #
-# **Memory.** After the last training step (gradients still held), each rank sums the bytes of
-# the tensors it actually holds: its parameters, their `.grad`, and every tensor in the
-# optimizer's state (Adam: `exp_avg`, `exp_avg_sq`, and a 4-byte `step` per parameter tensor).
-# A `DTensor` counts as its local shard (`.to_local()`). The bytes are those of the distinct
-# **storages** behind the tensors (`untyped_storage().nbytes()`, each storage once), so a padded
-# shard counts with its padding, and gradients that are views into one DDP bucket or one
-# reduce-scatter output count once, at that buffer's size.
+# **Memory.** After the last step (gradients still held), each rank sums the bytes of the
+# distinct **storages** behind its parameters, their `.grad` and the optimizer's state (Adam:
+# `exp_avg`, `exp_avg_sq`, a 4-byte `step` per tensor); a `DTensor` counts as its local shard. So a
+# padded shard counts with its padding, and gradients that are views into one DDP bucket count once.
 #
-# **Transient memory.** FSDP's whole point is that a gathered layer lives only while it is
-# needed. A forward pre-hook on every `Linear` (it runs after FSDP's own pre-forward hook has
-# all-gathered that layer) sums the storages of every layer whose parameters are, at that moment,
-# plain tensors rather than sharded `DTensor`s. FSDP frees an unsharded parameter by shrinking its
-# storage to 0 bytes, so a freed layer counts 0. The peak over the forward pass is recorded. It
-# leaves out one moment no hook can see: FSDP2 all-gathers a layer into one flat buffer and copies
-# it out into the per-parameter tensors, so during that copy the layer exists twice. (On a CPU
-# there is no `memory_allocated` to cross-check any of this.)
+# **Transient memory.** A forward pre-hook on every `Linear` (after FSDP's own hook has gathered
+# that layer) sums the storages of the layers whose parameters are plain tensors at that moment, not
+# sharded `DTensor`s; FSDP frees a gathered parameter by shrinking its storage to 0 bytes. The peak
+# over the forward is recorded. No hook sees the moment FSDP2 copies a layer out of its flat
+# all-gather buffer, when the layer exists twice.
 #
 # **Collectives.** Rank 0 runs one steady-state step under `torch.profiler` and counts the
 # `c10d::` operations issued (what the framework asked for) and the `gloo:` events (what the
 # backend ran).
 #
-# **Bytes on the wire**, two ways, each in a window between two barriers around one training
-# step, minus the same window around no step (the barriers' own bytes), minimum of 3 tries:
+# **Bytes on the wire**, with `_dist.bytes_sent`, in windows of one training step between barriers,
+# net of the barriers' own bytes, least of 3 tries: per rank the `wchar` counter of `/proc/self/io`
+# (the bytes it passed to `write` calls: gloo's payload plus its small message headers, untouched by
+# other programs), summed over ranks and maxed with an all-reduce after the window; and all ranks
+# together, the loopback interface's transmit counter (`/proc/net/dev`, `lo`) on rank 0, TCP/IP
+# headers included (about 0.1% at loopback's 64 KiB packets), which other programs can only add to.
 #
-# 1. per rank: the `wchar` counter of `/proc/self/io`, the bytes this process passed to `write`
-#    calls. Gloo's TCP transport sends with `writev`, and nothing else in the rank writes inside
-#    the window, so this is exactly what the rank sent (payload plus gloo's small message
-#    headers), untouched by anything else running on the machine. The ranks' figures are summed
-#    and their maximum taken with an all-reduce after the window.
-# 2. all ranks together: the transmit counter of the loopback interface `lo` in `/proc/net/dev`,
-#    read on rank 0: what actually crossed the (virtual) network, TCP/IP headers included (about
-#    0.1% at loopback's 64 KiB packets). It counts *every* process on the machine, though; other
-#    programs using `lo` can only add bytes, which is why the minimum is taken.
-
-# %%
-def storage_bytes(tensors) -> int:
-    seen = {}
-    for t in tensors:
-        local = t.to_local() if isinstance(t, DTensor) else t
-        storage = local.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
-
-
-class UnshardedPeak:
-    """Forward pre-hook: the largest total of unsharded (gathered) parameter bytes seen."""
-
-    def __init__(self, layers):
-        self.layers, self.peak = layers, 0
-
-    def __call__(self, module, args):
-        live = {}
-        for layer in self.layers:
-            for p in (layer.weight, layer.bias):
-                if not isinstance(p, DTensor):
-                    storage = p.untyped_storage()
-                    live[storage.data_ptr()] = storage.nbytes()
-        self.peak = max(self.peak, sum(live.values()))
-
-
-def count_collectives(step, rank: int) -> dict | None:
-    if rank != 0:
-        step()
-        return None
-    return dict(_dist.collective_calls(step))
-
-
-def bytes_sent(step, tries: int = 3) -> dict:
-    def window(body) -> tuple[int, int]:
-        dist.barrier()
-        written, lo = _dist.bytes_written_by_this_process(), _dist.loopback_tx_bytes()
-        body()
-        dist.barrier()
-        return _dist.bytes_written_by_this_process() - written, _dist.loopback_tx_bytes() - lo
-
-    barriers = [window(lambda: None) for _ in range(tries)]
-    steps = [window(step) for _ in range(tries)]
-    mine = min(w for w, _ in steps) - min(w for w, _ in barriers)
-    totals = torch.tensor([mine, mine], dtype=torch.float64)
-    dist.all_reduce(totals[:1], op=dist.ReduceOp.SUM)
-    dist.all_reduce(totals[1:], op=dist.ReduceOp.MAX)
-    return {"total": int(totals[0]), "max_rank": int(totals[1]),
-            "lo": min(lo for _, lo in steps) - min(lo for _, lo in barriers)}
-
+# The helpers (`storage_bytes`, `UnshardedPeak`, `bytes_sent`) live in `_dp_model.py`.
 
 # %% [markdown]
 # ## One rank's work
@@ -303,87 +181,25 @@ def train_and_measure(variant: str, rank: int, world_size: int) -> dict:
     step = lambda: train_step(wrapped, optimizer, xs, ys)  # noqa: E731
     counts = count_collectives(step, rank)
     sent = bytes_sent(step) if measure_bytes else None
-    buckets = None
-    if isinstance(wrapped, DistributedDataParallel):
-        buckets = len(wrapped._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(","))
+    buckets = len(wrapped._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(",")) \
+        if isinstance(wrapped, DistributedDataParallel) else None
     return {"flat": flat, "memory": memory, "peak_unsharded": peak.peak, "counts": counts,
             "sent": sent, "ddp_buckets": buckets}
 
 
-# %% [markdown]
-# ## DDP's gradient buckets
-#
-# DDP does not all-reduce each gradient on its own: it packs gradients, in the order backward
-# produces them, into buckets of about `bucket_cap_mb` and all-reduces a bucket as soon as it is
-# full, while backward goes on computing the earlier layers. Small buckets mean many small
-# all-reduces (a fixed cost each); large buckets mean fewer, but the first one starts later. In
-# its first step DDP does not yet know the order in which gradients arrive, so it uses one bucket
-# for everything; then it rebuilds the buckets in the order it observed. Only when `bucket_cap_mb`
-# is left at its default (25 MiB) is the first rebuilt bucket capped at
-# `dist._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB), so the last layers' gradients go out early. The
-# sweep runs on 2 ranks on a larger MLP; each bucket size first checks one step against the
-# single-process reference, then counts the all-reduces of a steady step and times steps with the
-# harness (a fixed number of repeats, the same on every rank, as collectives need).
-
-# %%
-BUCKET_CAPS = [0.25, 1, 5, 25, 100, None]  # MiB; None = DDP's default (25 MiB, first bucket 1 MiB)
-
-
-def cap_label(cap) -> str:
-    return "default" if cap is None else f"{cap:g}mb".replace(".", "p")
-
-
-sweep_batch = global_batch(99, cfg["sweep_batch"], cfg["sweep_width"])
-sweep_reference = train_single_process(cfg["sweep_layers"], cfg["sweep_width"], [sweep_batch])
-
-
-def bucket_sweep(rank: int, world_size: int) -> dict:
-    xs, ys = (my_rows(t, rank, world_size).to(rank_device) for t in sweep_batch)
-    fixed = Settings(warmup=1, min_repeats=cfg["sweep_repeats"], max_repeats=cfg["sweep_repeats"], min_time=0.0,
-                     flush_l2=False)
-    out = {}
-    for cap in BUCKET_CAPS:
-        model = make_mlp(cfg["sweep_layers"], cfg["sweep_width"]).to(rank_device)
-        ddp = DistributedDataParallel(model, bucket_cap_mb=cap)
-        optimizer = torch.optim.Adam(ddp.parameters(), lr=LR)
-        step = lambda: train_step(ddp, optimizer, xs, ys)  # noqa: E731
-        first_counts = count_collectives(step, rank)  # the first step: DDP's initial single bucket
-        flat = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
-        err = float((flat - sweep_reference).abs().max())
-        passed = bool(((flat - sweep_reference).abs() <= ATOL + RTOL * sweep_reference.abs()).all())
-        if not passed:  # every rank holds the same replica, so every rank stops here, before any timing
-            raise AssertionError(f"DDP with bucket_cap_mb={cap} differs from the reference by {err:.2e}")
-        step()  # DDP rebuilds its buckets at the start of this step
-        counts = count_collectives(step, rank)
-        timing = measure(step, step_timer, fixed)
-        out[cap_label(cap)] = {"cap": cap, "err": err, "passed": passed, "first_counts": first_counts,
-                               "counts": counts, "timing": timing.as_dict(),
-                               "rebuilt_bucket_bytes": ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]}
-        del ddp, optimizer, model
-    return out
-
-
-def rank_main(rank: int, world_size: int, with_sweep: bool) -> dict:
+def rank_main(rank: int, world_size: int) -> dict:
     result = {v: train_and_measure(v, rank, world_size) for v in VARIANTS}
-    if with_sweep:
-        result["sweep"] = bucket_sweep(rank, world_size)
     return result if rank in (0, world_size - 1) else None
 
 
-# %% [markdown]
-# ## Run the ranks
-
-# %%
-sweep_world = 2 if 2 in world_sizes else world_sizes[0]
+# Run the ranks:
 results = {}
 for p in world_sizes:
-    launched = time.perf_counter()
-    ranks = _dist.launch(rank_main, p, p == sweep_world, device=rank_device)
-    run.log(f"{p} ranks done in {time.perf_counter() - launched:.1f} s")
-    if ranks is None:  # a torchrun rank other than 0: its work is done
+    gathered = _dist.launch(rank_main, p, device=rank_device)
+    if gathered is None:  # a torchrun rank other than 0: its work is done
         _dist.shutdown()
         raise SystemExit(0)
-    results[p] = {"first": ranks[0], "last": ranks[-1]}
+    results[p] = {"first": gathered[0], "last": gathered[-1]}
 _dist.shutdown()
 
 # %% [markdown]
@@ -402,17 +218,10 @@ for p in world_sizes:
             r = 0 if which == "first" else p - 1
             run.check_close(f"{variant}.p{p}.rank{r}", results[p][which][variant]["flat"], reference,
                             rtol=RTOL, atol=ATOL, reference_name="single-process Adam on the whole batch (fp32)")
-unaveraged = train_single_process(cfg["layers"], cfg["width"], [(x.chunk(2)[0], y.chunk(2)[0]) for x, y in batches])
-unaveraged_err = float((unaveraged - reference).abs().max())
-run.check("tolerance_catches_unaveraged_gradients",
-          not bool(((unaveraged - reference).abs() <= ATOL + RTOL * reference.abs()).all()),
-          f"training on half the batch without averaging is off by up to {unaveraged_err:.2e}, "
-          f"outside the tolerance")
-sweep = results[sweep_world]["first"]["sweep"]
-for label, s in sweep.items():
-    run.check(f"bucket_sweep.{label}", s["passed"],
-              f"one DDP step with bucket_cap_mb={s['cap']} on {sweep_world} ranks: max |err| {s['err']:.2e} vs "
-              f"single-process Adam (allowed {ATOL:.0e} + {RTOL:.0e}*|ref|; checked on every rank before timing)")
+passed, unaveraged_err = close_to(train_single_process(cfg["layers"], cfg["width"],
+                                                     [(x.chunk(2)[0], y.chunk(2)[0]) for x, y in batches]), reference)
+run.check("tolerance_catches_unaveraged_gradients", not passed,
+          f"training on half the batch without averaging is off by up to {unaveraged_err:.2e}, outside the tolerance")
 
 # %% [markdown]
 # ## Memory per rank: measured, and the ZeRO formula
@@ -423,8 +232,7 @@ for label, s in sweep.items():
 # 8 optimizer bytes: 4 + 4 + 8/p. Fully sharded keeps 16/p, plus padding: FSDP2 pads each
 # tensor's dim 0 to a multiple of p, so a rank holds ceil(rows/p) rows of every tensor. Adam's
 # 4-byte `step` per tensor is added to every formula (ZeRO-1: per tensor the rank owns). The
-# table shows the rank with the most bytes; bytes per parameter divide by the model's parameter
-# count.
+# table shows the rank with the most bytes, per model parameter.
 
 # %%
 def padded_numel(p: int) -> int:
@@ -467,12 +275,8 @@ run.table("memory", f"Bytes per rank after a step ({n_params:,} parameters, fp32
            "bytes/param", "formula bytes/param", "measured/formula", "formula without padding or step counters"],
           rows)
 
-# %% [markdown]
-# The transient: the most gathered parameter bytes alive at any layer's forward. For `fsdp` that
-# should be one layer (padded); for `fsdp_keep` it grows to the whole model by the last layer,
-# the price of skipping the backward all-gather.
-
-# %%
+# The transient: the most gathered parameter bytes alive at any layer's forward. For `fsdp`, one
+# layer (padded); for `fsdp_keep`, the whole model by the last layer (no backward all-gather).
 layer_bytes = {p: 4 * padded_numel(p) * p // cfg["layers"] for p in world_sizes}  # one layer, gathered with padding
 peak_rows = []
 for p in world_sizes:
@@ -500,10 +304,6 @@ run.table("transient", "Gathered (unsharded) parameter bytes alive during forwar
 # `gloo:all_reduce` of the whole gradient, from which each rank keeps its shard.
 
 # %%
-def c10d(counts, op):
-    return counts.get(f"c10d::{op}", 0)
-
-
 L = cfg["layers"]
 count_rows = []
 for p in world_sizes:
@@ -531,12 +331,10 @@ run.table("collectives", "Collectives per training step, counted by torch.profil
 # %% [markdown]
 # ## Bytes on the wire per step
 #
-# With N parameters of 4 bytes and a ring algorithm, an all-reduce makes each rank send
-# 2(p-1)/p of the data (a reduce-scatter pass, then an all-gather pass), so **DDP: 2(p-1)·4N bytes
-# in total per step**, (p-1)/p · 8N per rank, almost independent of p. An all-gather or a
-# reduce-scatter alone sends (p-1)/p of the data per rank, (p-1)·4N in total. Any algorithm must
-# move at least that much: every rank has to receive the (p-1)/p of the result it does not hold.
-# So:
+# With N parameters of 4 bytes, a ring all-reduce makes each rank send 2(p-1)/p of the data (a
+# reduce-scatter pass, then an all-gather pass): **DDP sends 2(p-1)·4N bytes in total per step**.
+# An all-gather or a reduce-scatter alone sends (p-1)·4N in total, the least any algorithm can
+# (every rank must receive the (p-1)/p of the result it does not hold). So:
 #
 # - **fsdp**, ideal (a real reduce-scatter, as NCCL has): 2 all-gathers + 1 reduce-scatter =
 #   3(p-1)·4N' in total, 1.5x DDP, where N' is the padded parameter count;
@@ -548,10 +346,8 @@ run.table("collectives", "Collectives per training step, counted by torch.profil
 #   stages 1 and 2 keep DDP's 2(p-1)·4N by replacing the all-reduce with a reduce-scatter, then
 #   all-gathering the updated parameters; this optimizer wrapper does not.)
 #
-# Per rank, divide the totals by p: every rank sends the same amount in the ring algorithms. A
-# single gloo broadcast is uneven (a tree: the root and the ranks it feeds pass the data on, the
-# leaves send nothing), but in ZeRO-1 each rank is the root for its own share, so the load evens
-# out over a step; the busiest-rank column shows how evenly.
+# Per rank, divide by p. A gloo broadcast is a tree (uneven), but in ZeRO-1 each rank is the root
+# of its own share, so the load evens out over a step; the busiest-rank column shows how evenly.
 
 # %%
 wire_formulas = {  # (formula for gloo's algorithms, ideal formula): total bytes over all ranks per step
@@ -591,61 +387,12 @@ if measure_bytes:
                "ideal (MB)", "sent/ideal", "over DDP", "lo counter (MB)", "lo/sent"], wire_rows)
 
 # %% [markdown]
-# ## DDP bucket size: all-reduces per step and step time
-
-# %%
-sweep_params = sum(cfg["sweep_width"] * (cfg["sweep_width"] + 1) for _ in range(cfg["sweep_layers"]))
-run.metric("bucket.grad_mb", sweep_params * 4 / MB, "MB",
-           label=f"sweep MLP ({cfg['sweep_layers']} x {cfg['sweep_width']}): fp32 gradient bytes all-reduced per step")
-run.metric("bucket.first_bucket_mib", dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20, "MiB",
-           label="dist._DEFAULT_FIRST_BUCKET_BYTES: first bucket's cap when bucket_cap_mb is left at its default")
-sweep_rows, caps, calls, step_ms = [], [], [], []
-for label, s in sweep.items():
-    n_calls = c10d(s["counts"], "allreduce_")
-    n_buckets = len(s["rebuilt_bucket_bytes"].split(","))
-    run.check(f"bucket.{label}.calls_equal_buckets", n_calls == n_buckets,
-              f"{n_calls} all-reduces in a steady step, {n_buckets} buckets in DDP's rebuilt bucket list")
-    t = s["timing"]
-    cap_name = "default" if s["cap"] is None else s["cap"]
-    run.metric(f"bucket.{label}.calls", n_calls, "calls", label=f"bucket_cap_mb={cap_name}: all-reduces per step")
-    run.metric(f"bucket.{label}.step_ms", t["median_s"] * 1e3, "ms",
-               label=f"bucket_cap_mb={cap_name}: median training step time, {sweep_world} ranks")
-    largest = max(int(b) for b in s["rebuilt_bucket_bytes"].split(","))
-    sweep_rows.append(["default (25, first 1 MiB)" if s["cap"] is None else s["cap"],
-                       c10d(s["first_counts"], "allreduce_"), n_calls, round(largest / MB, 3),
-                       round(t["median_s"] * 1e3, 2), f"{t['p10_s'] * 1e3:.2f}-{t['p90_s'] * 1e3:.2f}"])
-    if s["cap"] is not None:
-        caps.append(s["cap"])
-        calls.append(n_calls)
-        step_ms.append(t["median_s"] * 1e3)
-run.table("bucket_sweep", f"DDP bucket size on {sweep_world} ranks ({sweep_params:,} parameters, "
-          f"{sweep_params * 4 / MB:.1f} MB of gradients, batch {cfg['sweep_batch']})",
-          ["bucket_cap_mb", "all-reduces (first step)", "all-reduces (steady step)", "largest bucket (MB)",
-           "step median (ms)", "p10-p90 (ms)"], sweep_rows)
-run.series("bucket_calls", "All-reduce calls per step vs DDP bucket size", "bucket_cap_mb (MiB)",
-           "all-reduces per step",
-           {"measured (profiler)": (caps, calls)}, x_log=True, y_log=True)
-run.series("bucket_time", "Training step time vs DDP bucket size", "bucket_cap_mb (MiB)", "median step (ms)",
-           {f"{sweep_world} ranks": (caps, step_ms)}, x_log=True)
-
-# %% [markdown]
 # ## What this measured, and what it did not
 #
-# Memory, collective counts and bytes are properties of the algorithms and come out the same on
-# any machine: DDP holds 16 bytes per parameter on every rank, FSDP 16/p plus padding, and FSDP
-# pays for it with more traffic (1.5x DDP's with a true reduce-scatter, 2x on gloo, which has
-# none). The step times are from gloo over loopback on a shared 2-core VM, one intra-op thread per
-# rank. Gloo runs a collective on its own thread, so DDP's all-reduces can overlap backward even
-# here, but both ranks, their gloo threads and the kernel's loopback copies share 2 cores: what
-# overlap buys cannot be read from these times.
-#
-# On GPUs with NCCL the picture the bucket sweep shows changes shape: DDP launches each bucket's
-# all-reduce on a separate stream as soon as the bucket fills, so it runs over NVLink or
-# InfiniBand *while* backward computes the earlier layers; only the last bucket's all-reduce is
-# exposed. That is why buckets exist, why the first (last-layer) bucket is kept small, and why
-# tiny buckets still lose (each all-reduce pays a fixed latency). FSDP likewise prefetches the
-# next layer's all-gather during the current layer's compute (its backward prefetches too). None
-# of that is measured here.
+# Memory, collective counts and bytes are properties of the algorithms, the same on any machine.
+# What overlap buys is not measured here: on GPUs FSDP prefetches the next layer's all-gather during
+# the current layer's compute, and DDP all-reduces each gradient bucket while backward goes on
+# (`ddp_buckets.py`).
 
 # %%
 run.save()

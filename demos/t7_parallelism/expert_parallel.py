@@ -10,32 +10,30 @@
 # exchanges with uneven sizes ([GShard](https://arxiv.org/abs/2006.16668);
 # [Switch Transformer](https://arxiv.org/abs/2101.03961), which routes to k = 1 expert).
 #
-# This demo builds that layer on 4 real torch.distributed ranks (gloo on CPU) with 2 experts per rank,
-# checks output and gradients against the same layer computed in one process with every expert,
-# then measures what expert parallelism is about: how evenly the router spreads tokens (and what a
-# capacity limit would drop), how many all-to-alls one step makes, how many bytes they move against
-# the formula, and what the whole forward costs next to one process.
+# This demo builds that layer on 4 real torch.distributed ranks with 2 experts each, checks output
+# and gradients against the layer in one process, then measures how evenly the router spreads tokens
+# (and what a capacity would drop), the all-to-alls of a step, their bytes against the formula, and
+# the forward's time next to one process.
 
 # %%
 import dataclasses
 import math
-import warnings
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_autograd
 import torch.nn.functional as F
 
-from demos.harness.device import resolve as resolve_device
+from demos.harness.errors import fail
 from demos.harness.run import start
-from demos.harness.timing import measure
 from demos.t7_parallelism import _dist
+from demos.t7_parallelism._moe import MoEParams, all_to_all_autograd, count_all_to_alls
 
 WORLD_SIZE = 4
 EXPERTS_PER_RANK = 2
 N_EXPERTS = WORLD_SIZE * EXPERTS_PER_RANK
 SKEW = 2.0  # added to expert 0's router logit in the deliberately skewed router
 
+_dist.pin_gpu_per_rank()  # under torchrun: this rank's GPU, before start() measures the ceilings
 run = start(
     "expert_parallel",
     title="Expert parallelism: MoE layer over 4 ranks, all-to-all dispatch and combine",
@@ -50,24 +48,16 @@ tokens_per_rank, hidden, ffn_width, timing_repeats, forwards_per_count = run.siz
 n_tokens = tokens_per_rank * WORLD_SIZE
 
 # %% [markdown]
-# Where the ranks run. Launched as a plain script, `_dist.launch` forks 4 CPU processes joined by a
-# gloo process group over TCP on 127.0.0.1 (one intra-op thread each). One GPU per rank needs
-# torchrun (`torchrun --nproc-per-node 4 -m demos.t7_parallelism.expert_parallel --device cuda`),
-# where the all-to-alls go through NCCL; otherwise the ranks run on the CPU and the GPU variant is
-# recorded as not run.
+# Where the ranks run: as a plain script, 4 forked CPU processes over gloo (`_dist.py`); under
+# `torchrun --nproc-per-node 4 -m demos.t7_parallelism.expert_parallel --device cuda` one GPU per rank,
+# the all-to-alls over NCCL; `--device cuda` without torchrun times only the single-process layer.
 
 # %%
-on_gpus = run.device.is_gpu and _dist.under_torchrun() and torch.cuda.device_count() >= WORLD_SIZE
-rank_device = run.torch_device if on_gpus else torch.device("cpu")
+placed = _dist.place_ranks(run, [WORLD_SIZE], f"expert parallel on {WORLD_SIZE} GPUs (NCCL all-to-all)")
+if placed and placed.world_sizes != (WORLD_SIZE,):
+    fail(f"expert_parallel places {N_EXPERTS} experts on exactly {WORLD_SIZE} ranks: start torchrun with {WORLD_SIZE}")
+rank_device = placed.device if placed else run.torch_device
 backend = _dist.backend_for(rank_device)
-timing_device = run.device if rank_device.type == run.device.kind else resolve_device("cpu")
-if run.device.is_gpu and not on_gpus:
-    run.not_run("NCCL all-to-all across GPUs",
-                f"needs torchrun with one GPU per rank ({WORLD_SIZE}); this process is "
-                f"{'under torchrun' if _dist.under_torchrun() else 'not under torchrun'} and sees "
-                f"{torch.cuda.device_count()} GPU(s), so the {WORLD_SIZE} ranks ran on the CPU over gloo")
-run.log(f"{WORLD_SIZE} ranks on {rank_device.type} ({backend}), {N_EXPERTS} experts ({EXPERTS_PER_RANK} per rank), "
-        f"{tokens_per_rank} tokens per rank, hidden {hidden}, expert FFN {ffn_width}")
 
 # %% [markdown]
 # ## The layer, in one process (the reference)
@@ -79,20 +69,6 @@ run.log(f"{WORLD_SIZE} ranks on {rank_device.type} ({backend}), {N_EXPERTS} expe
 # tokens that chose it.
 
 # %%
-@dataclasses.dataclass
-class MoEParams:
-    router_w: torch.Tensor  # (hidden, E)
-    router_b: torch.Tensor  # (E,)
-    w1: torch.Tensor  # (E, hidden, ffn)
-    w2: torch.Tensor  # (E, ffn, hidden)
-
-    def to(self, dtype, device="cpu"):
-        return MoEParams(*(t.to(device, dtype) for t in dataclasses.astuple(self)))
-
-    def requiring_grad(self):
-        return MoEParams(*(t.detach().clone().requires_grad_() for t in dataclasses.astuple(self)))
-
-
 def expert_ffn(x, w1, w2):
     return F.gelu(x @ w1) @ w2
 
@@ -113,14 +89,8 @@ def moe_single_process(x, p: MoEParams, k):
 
 
 generator = torch.Generator().manual_seed(run.options.seed)
-params = MoEParams(
-    router_w=torch.randn(hidden, N_EXPERTS, generator=generator, dtype=torch.float64) * hidden ** -0.5,
-    router_b=torch.zeros(N_EXPERTS, dtype=torch.float64),
-    w1=torch.randn(N_EXPERTS, hidden, ffn_width, generator=generator, dtype=torch.float64) * hidden ** -0.5,
-    w2=torch.randn(N_EXPERTS, ffn_width, hidden, generator=generator, dtype=torch.float64) * ffn_width ** -0.5,
-)
-skewed_params = dataclasses.replace(params, router_b=params.router_b + SKEW * F.one_hot(
-    torch.tensor(0), N_EXPERTS).double())
+params = MoEParams.random(generator, hidden, ffn_width, N_EXPERTS)  # float64, scaled so activations stay O(1)
+skewed_params = params.with_router_bias_on(0, SKEW)
 x_all = torch.randn(n_tokens, hidden, generator=generator, dtype=torch.float64)
 probe = torch.randn(n_tokens, hidden, generator=generator, dtype=torch.float64)  # loss = sum(y * probe)
 
@@ -152,19 +122,11 @@ for k in (1, 2):
 # 6. scale by the gates and add each result into its token's row.
 #
 # The token exchanges use `torch.distributed.nn.functional.all_to_all_single`, the autograd-aware
-# version: its backward is the reverse all-to-all, so gradients travel back through the same real
-# collectives (this function exists in torch 2.11 and 2.13; 2.13 marks it deprecated in favour of a
-# functional-collectives variant, whose warning is silenced here). The counts exchange is a plain
+# version (`all_to_all_autograd` in `_moe.py`): its backward is the reverse all-to-all, so gradients
+# travel back through the same real collectives. The counts exchange is a plain
 # `dist.all_to_all_single`: integers carry no gradient.
 
 # %%
-def all_to_all_autograd(rows, output_splits, input_splits):
-    output = rows.new_empty(sum(output_splits), rows.shape[1])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return dist_autograd.all_to_all_single(output, rows, output_splits, input_splits)
-
-
 def moe_expert_parallel(x, router_w, router_b, w1_local, w2_local, k, world_size, traffic=None):
     gate, expert = route(x, router_w, router_b, k)
     expert_of_assignment = expert.reshape(-1)
@@ -196,23 +158,17 @@ def moe_expert_parallel(x, router_w, router_b, w1_local, w2_local, k, world_size
 # %% [markdown]
 # ## What each rank measures
 #
-# Inside every rank, per k: the forward and backward, compared right away with the float64 reference
-# (a rank raises on a mismatch, so nothing is timed or saved after a wrong result); the all-to-alls of
-# one forward and one backward, counted from `torch.profiler` events (gloo names each collective
-# `gloo:all_to_all`); bytes sent, counted two ways around a few forwards: rank 0 reads the machine's
-# loopback transmit counter (`/proc/net/dev`, interface `lo`: every rank's traffic, taken between
-# barriers, the least of three tries since other processes may use loopback too), and each rank
-# reads its own `wchar` (bytes it wrote through write system calls, `/proc/self/io`; gloo writes
-# its messages that way); then the forward's time with a fixed repeat count (every rank must run the
-# same number of collectives). Last, the skewed router's token counts.
+# Inside every rank, per k: the forward and backward, compared right away with the float64
+# reference (a rank raises on a mismatch, so nothing wrong is timed or saved); the all-to-alls of one
+# forward and one backward, counted from `torch.profiler` events; the bytes of a few forwards, with
+# `_dist.bytes_sent` (between barriers, net of the barriers' own bytes, least of three tries): the
+# loopback interface's transmit counter (every rank's traffic, TCP/IP headers included) and each
+# rank's own `wchar` (what it wrote through write calls, as gloo sends); then the forward's time
+# (`_dist.time_steps`, a fixed repeat count, since every rank must run the same collectives). Last,
+# the skewed router's token counts.
 
 # %%
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)  # float32 layer vs float64 reference
-
-
-def count_all_to_alls(fn):
-    calls = _dist.collective_calls(fn)
-    return calls[f"{backend}:all_to_all"], calls["c10d::alltoall_base_"]
 
 
 def rank_worker(rank, world_size):
@@ -232,9 +188,9 @@ def rank_worker(rank, world_size):
             nonlocal y
             y = moe_expert_parallel(x_leaf, *local, k, world_size, traffic)
 
-        calls["forward"] = count_all_to_alls(forward)
+        calls["forward"] = count_all_to_alls(forward, backend)
         loss = (y * probe[mine].to(device, torch.float32)).sum()
-        calls["backward"] = count_all_to_alls(loss.backward)
+        calls["backward"] = count_all_to_alls(loss.backward, backend)
         got = {"y": y.detach(), "x.grad": x_leaf.grad, "router_w.grad": local[0].grad,
                "router_b.grad": local[1].grad, "w1.grad": local[2].grad, "w2.grad": local[3].grad}
         ref = reference[k]
@@ -245,20 +201,9 @@ def rank_worker(rank, world_size):
             return moe_expert_parallel(x, *(t.detach() for t in local), k, world_size)
 
         with torch.no_grad():
-            loopback, written = [], []
-            for _ in range(3):
-                dist.barrier()
-                lo_before, wchar_before = _dist.loopback_tx_bytes(), _dist.bytes_written_by_this_process()
-                for _ in range(forwards_per_count):
-                    step()
-                wchar_after = _dist.bytes_written_by_this_process()
-                dist.barrier()
-                lo_after = _dist.loopback_tx_bytes()
-                loopback.append(None if lo_before is None else (lo_after - lo_before) / forwards_per_count)
-                written.append(None if wchar_before is None else (wchar_after - wchar_before) / forwards_per_count)
-            settings = dataclasses.replace(run.settings, warmup=1, min_repeats=timing_repeats,
-                                           max_repeats=timing_repeats, flush_l2=False)
-            timing = measure(step, timing_device, settings)
+            metered = _dist.bytes_sent(lambda: [step() for _ in range(forwards_per_count)], 3) \
+                if _dist.can_meter_bytes(placed) else None
+            timing = _dist.time_steps(step, device, timing_repeats)
             skewed_traffic = {}
             moe_expert_parallel(x, p32.router_w, skewed_params.router_b.to(device, torch.float32),
                                 *(t.detach() for t in local[2:]), k, world_size, skewed_traffic)
@@ -266,13 +211,28 @@ def rank_worker(rank, world_size):
         results[k] = {
             **{name: t.detach().cpu() for name, t in got.items()},
             "calls": calls, "traffic": traffic, "skewed_traffic": skewed_traffic,
-            "loopback_bytes_per_forward": min(loopback) if None not in loopback else None,
-            "written_bytes_per_forward": min(written) if None not in written else None,
+            "loopback_bytes_per_forward": metered and min(metered["loopback"]) / forwards_per_count,
+            "written_bytes_per_forward": metered and min(metered["written"]) / forwards_per_count,
             "median_s": timing.median_s, "p10_s": timing.p10_s, "p90_s": timing.p90_s,
         }
     return results
 
 
+def time_single_process(k):
+    """The single-process forward (every expert, all tokens) on the run's device, timed by the harness."""
+    p32, x32 = params.to(torch.float32, run.torch_device), x_all.to(run.torch_device, torch.float32)
+    with torch.no_grad():
+        timing = run.time(lambda: moe_single_process(x32, p32, k), flush=False)  # as the ranks time theirs
+    run.metric(f"time.k{k}.single_ms", timing.median_s * 1e3, "ms", label=f"k={k}: one process, all {N_EXPERTS} "
+               f"experts, {n_tokens} tokens, {'one thread' if run.device.kind == 'cpu' else 'one GPU'}")
+    return timing
+
+
+if placed is None:  # one process (e.g. one GPU): the single-process layer is what this run can measure
+    for k in (1, 2):
+        time_single_process(k)
+    run.save()
+    raise SystemExit(0)
 ranks = _dist.launch(rank_worker, WORLD_SIZE, device=rank_device)
 if ranks is None:  # another rank under torchrun: rank 0 writes the record
     _dist.shutdown()
@@ -281,14 +241,12 @@ if ranks is None:  # another rank under torchrun: rank 0 writes the record
 # %% [markdown]
 # ## Correctness: the same layer, output and gradients
 #
-# Gathered from the 4 ranks, in rank order: the output rows and input gradients (each rank's own
-# tokens), the expert weights' gradients (each rank's two experts: complete on their owner, because
-# every token that used an expert sent its gradient back through the backward all-to-all), and the
-# router's gradients, which are *partial* on every rank (the router is replicated, as in data
-# parallelism): their sum over ranks, which a data-parallel all-reduce would form in training, must
-# equal the single-process gradient. Tolerance: float32 against float64, elementwise
-# |err| <= 1e-5 + 1e-4 |ref|; the router's gradients are sums over every token in which terms cancel,
-# so their absolute tolerance is 1e-4 times the gradient's largest entry instead.
+# Gathered from the 4 ranks in rank order: output rows and input gradients (each rank's tokens),
+# the expert weights' gradients (complete on their owner: every token that used an expert sent its
+# gradient back through the backward all-to-all), and the router's gradients, *partial* on every rank
+# (it is replicated): their sum, which a data-parallel all-reduce would form, must equal the
+# single-process gradient. Float32 against float64, |err| <= 1e-5 + 1e-4 |ref|; the router's
+# gradients sum over every token with cancellation, so their atol is 1e-4 x their largest entry.
 
 # %%
 for k in (1, 2):
@@ -309,13 +267,11 @@ for k in (1, 2):
 # %% [markdown]
 # ## Load: tokens per expert, imbalance, and what a capacity would drop
 #
-# An expert's cost on its rank grows with the tokens it receives, and the all-to-all waits for the
-# slowest rank, so the *imbalance* max/mean of tokens per expert is the straggler factor. Fixed-size
-# implementations (GShard, Switch) give each expert a *capacity* C = cf x tokens x k / E (cf, the
-# capacity factor, >= 1) and drop the assignments over it (the token then skips the layer through the
-# residual connection). Below: the random-init router, and the same router with +2 on expert 0's
-# logit (a router that has collapsed toward one expert, the failure a load-balancing loss is there
-# to prevent). Dropped fractions are computed from the measured counts, over all 4 ranks' tokens.
+# An expert's cost grows with the tokens it receives and the all-to-all waits for the slowest rank,
+# so the *imbalance* max/mean of tokens per expert is the straggler factor. GShard and Switch give
+# each expert a *capacity* C = cf x tokens x k / E (capacity factor cf >= 1) and drop assignments
+# over it (the token skips the layer through the residual). Below: the random-init router, and the
+# same with +2 on expert 0's logit (a collapsed router, what a load-balancing loss prevents).
 
 # %%
 CAPACITY_FACTORS = (1.0, 1.25, 2.0)
@@ -420,25 +376,17 @@ run.table("bytes", f"Bytes per forward: formula (rows leaving + rows returning) 
 # %% [markdown]
 # ## Time: the expert-parallel forward vs one process
 #
-# The single-process forward runs every expert on all tokens with one thread; the expert-parallel
-# one runs on 4 ranks with one thread each (rank 0's median over a fixed number of repeats; all
-# ranks wait on each other in every all-to-all). **Caveat:** on a CPU host the 4 ranks share the
-# machine's cores (2 on the machine of the CPU record), so they are oversubscribed, and the
-# "network" is loopback TCP: this shows the mechanics and the overheads (sorting, three exchanges,
-# Python per expert), not the speedup of 4 devices. On GPUs, all-to-all bandwidth (NVLink within
-# a node, the network across nodes) is what decides whether expert parallelism pays.
+# The single-process forward runs every expert on all tokens (one thread on a CPU); the
+# expert-parallel one runs on 4 ranks (rank 0's median over a fixed number of repeats; the ranks
+# wait on each other in every all-to-all). On a CPU host with fewer cores than ranks they are
+# oversubscribed and the "network" is loopback TCP: this shows the mechanics and overheads (sorting,
+# three exchanges, Python per expert), not the speedup of 4 devices. On GPUs, all-to-all bandwidth
+# (NVLink within a node, the network across nodes) decides whether expert parallelism pays.
 
 # %%
-p32 = params.to(torch.float32, rank_device)
-x32 = x_all.to(rank_device, torch.float32)
 time_rows = []
 for k in (1, 2):
-    with torch.no_grad():
-        single = measure(lambda: moe_single_process(x32, p32, k), timing_device,
-                         dataclasses.replace(run.settings, flush_l2=False))  # as the ranks time theirs
-    ep = ranks[0][k]
-    run.metric(f"time.k{k}.single_ms", single.median_s * 1e3, "ms",
-               label=f"k={k}: one process, all {N_EXPERTS} experts, {n_tokens} tokens, one thread")
+    single, ep = time_single_process(k), ranks[0][k]
     run.metric(f"time.k{k}.expert_parallel_ms", ep["median_s"] * 1e3, "ms",
                label=f"k={k}: expert-parallel forward on {WORLD_SIZE} ranks (rank 0, oversubscribed CPU)")
     run.metric(f"time.k{k}.expert_parallel_over_single", ep["median_s"] / single.median_s, "x",

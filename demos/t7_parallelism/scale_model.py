@@ -17,6 +17,8 @@
 #    1024 H100s with NVLink and InfiniBand figures from the datasheets, then again with the network
 #    this machine's gloo just measured.
 #
+# Which TP x PP x DP layout to pick at a fixed size, with the same model, is `parallel_layouts.py`.
+#
 # The formulas live in `demos/common/cluster_model.py` (pure Python); the same formulas run in the
 # calculator on the topic page, and a test checks that both give the same numbers.
 #
@@ -29,19 +31,18 @@
 
 # %%
 import os
-import warnings
 
 import torch
-import torch.distributed as dist
 
 from demos.common import cluster_model
-from demos.harness.device import Device, time_with_host_clock
 from demos.harness.run import start
 from demos.harness.timing import summarize
 from demos.t7_parallelism import _dist
+from demos.t7_parallelism._collectives import COLLECTIVES, collective_ops, expected_output, rank_worker
 
 KiB, MiB = 2**10, 2**20
 
+_dist.pin_gpu_per_rank()  # under torchrun: this rank's GPU, before start() measures the ceilings
 run = start(
     "scale_model",
     title="Scaling a transformer to 1024 GPUs: measured alpha-beta, memory per GPU, projected step time",
@@ -58,28 +59,23 @@ run = start(
     },
 )
 sizes = run.sizes
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 # %% [markdown]
 # ## Where the ranks run
 #
-# Launched as a plain script, `_dist.launch` forks the ranks on this host (gloo over TCP on
-# 127.0.0.1, one intra-op thread per rank). Under torchrun, this process is one rank of the
-# torchrun world instead, and with one GPU per rank the collectives go through NCCL. On a GPU
-# machine without torchrun, the ranks still run on the CPU over gloo, and the NCCL measurement is
-# recorded as not run.
-#
-# On this 2-core machine, 4 ranks share 2 cores: every collective then also waits for the
-# operating system to schedule its ranks. That is part of what this machine's alpha measures.
+# As a plain script, `_dist.launch` forks the ranks on this host (gloo over TCP on 127.0.0.1, one
+# intra-op thread per rank); under torchrun this process is one rank of torchrun's world, with one
+# GPU per rank over NCCL on `--device cuda`. With more ranks than cores, every collective also waits
+# for the operating system to schedule its ranks: part of what a CPU host's alpha measures.
+# `--device cuda` without torchrun records the measurement as not run; the cost model itself is
+# pure Python and the same on every machine, so the CPU record carries it.
 
 # %%
-on_gpus = run.device.is_gpu and _dist.under_torchrun() and torch.cuda.device_count() >= _dist.torchrun_world_size()
-rank_device = run.torch_device if on_gpus else torch.device("cpu")
-backend = _dist.backend_for(rank_device)
-world_sizes = (_dist.torchrun_world_size(),) if _dist.under_torchrun() else sizes["world_sizes"]
-if not on_gpus and run.device.is_gpu:
-    run.not_run("NCCL alpha/beta on NVLink", "needs >= 2 GPUs under torchrun (one rank per GPU); "
-                "the collectives below ran on CPU ranks over gloo")
+ranks_at = _dist.place_ranks(run, sizes["world_sizes"], "NCCL alpha/beta on NVLink")
+if ranks_at is None:
+    run.save()
+    raise SystemExit(0)
+rank_device, world_sizes, backend = ranks_at.device, ranks_at.world_sizes, ranks_at.backend
 run.log(f"collectives over {backend} on {rank_device.type}, world sizes {world_sizes}, "
         f"messages {sizes['bytes'][0] // KiB} KiB .. {sizes['bytes'][-1] // MiB} MiB")
 
@@ -99,114 +95,24 @@ run.log(f"collectives over {backend} on {rank_device.type}, world sizes {world_s
 #
 # Each rank's input comes from a seeded generator, so any process can recompute what every rank
 # must receive: each rank checks its own result (float64 reference) before any timing, and the
-# main process records the check over all ranks.
-
-# %%
-def rank_input(rank: int, world: int, n: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(1000 * world + rank)
-    return torch.randn(n, generator=g)
-
-
-def expected_output(kind: str, rank: int, world: int, n: int) -> torch.Tensor:
-    """What ``rank`` must hold after the collective, in float64, from every rank's seeded input."""
-    inputs = [rank_input(r, world, n).double() for r in range(world)]
-    chunk = n // world
-    if kind == "all_reduce":
-        return sum(inputs)
-    if kind == "all_gather":
-        return torch.cat([x[:chunk] for x in inputs])
-    if kind == "reduce_scatter":
-        return sum(inputs)[rank * chunk:(rank + 1) * chunk]
-    return torch.cat([x[rank * chunk:(rank + 1) * chunk] for x in inputs])  # all_to_all
-
-
-def collective_ops(kind: str, x: torch.Tensor, world: int) -> list:
-    """The ways to run ``kind`` on x's buffers, preferred first: (API name, no-argument callable, output).
-    all_gather and reduce_scatter use the single-tensor APIs; a gloo build without them gets the
-    list APIs (the same communication)."""
-    chunk = x.numel() // world
-    if kind == "all_reduce":
-        out = x.clone()
-        return [("all_reduce", lambda: dist.all_reduce(out), out)]
-    if kind == "all_to_all":
-        out = torch.empty_like(x)
-        return [("all_to_all_single", lambda: dist.all_to_all_single(out, x), out)]
-    if kind == "all_gather":
-        out, part = torch.empty_like(x), x[:chunk].clone()
-        pieces = list(out.chunk(world))  # views into out
-        return [("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(out, part), out),
-                ("all_gather (list API)", lambda: dist.all_gather(pieces, part), out)]
-    out, pieces = torch.empty(chunk, dtype=x.dtype, device=x.device), list(x.chunk(world))  # reduce_scatter
-    return [("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(out, x), out),
-            ("reduce_scatter (list API)", lambda: dist.reduce_scatter(out, pieces), out)]
-
-
-def first_supported(kind: str, x: torch.Tensor, world: int):
-    """Run the first API this backend supports once: (API name, callable, output), or None if none is.
-    An unsupported API raises on every rank alike, before any communication."""
-    for api, op, out in collective_ops(kind, x, world):
-        try:
-            op()
-        except (RuntimeError, NotImplementedError, AttributeError):
-            continue
-        return api, op, out
-    return None
+# main process records the check over all ranks (`_collectives.py` has the inputs, the expected
+# outputs and the calls).
 
 # %% [markdown]
 # ## The measurement
 #
 # For every collective and message size: two warm-up calls, then repeats. Before each repeat all
-# ranks meet at a barrier; each rank times its own call with the harness's host clock, and a
+# ranks meet at a barrier; each rank times its own call with the harness's device timer, and a
 # repeat's time is the **slowest rank's** (the collective is done when the last rank is). The
 # median over repeats is the measured time. Inputs are random, never zeros. The repeats go
 # round-robin over the message sizes, so a burst of other work on the machine lands on all sizes
 # alike instead of bending the curve at one of them.
 
 # %%
-def repeats_for(n_bytes: int) -> int:
-    return next(r for limit, r in sorted(sizes["repeats"].items()) if n_bytes <= limit)
-
-
-def rank_worker(rank: int, world: int, device_type: str):
-    warnings.filterwarnings("ignore", category=FutureWarning)  # torch >= 2.13 renames the single-tensor APIs
-    device = torch.device(device_type)
-    clock = Device(kind=device.type, name="rank", device_class="rank")
-    result = {"checked": {}, "apis": {}, "times": {}}
-    n_check = sizes["check_elements"]
-    for kind in COLLECTIVES:  # 1. correctness, before any timing: a wrong result raises here
-        x = rank_input(rank, world, n_check).to(device)
-        found = first_supported(kind, x, world)
-        result["apis"][kind] = found and found[0]
-        if found is None:
-            continue
-        out = found[2]
-        expected = expected_output(kind, rank, world, n_check)
-        err = (out.double().cpu() - expected).abs().max().item()
-        if not err <= 1e-5 + 1e-5 * expected.abs().max().item():
-            raise AssertionError(f"rank {rank}/{world}: {kind} result wrong, max |err| {err:.2e}")
-        result["checked"][kind] = out.cpu()
-    for kind in COLLECTIVES:  # 2. timing
-        if result["apis"][kind] is None:
-            continue
-        ops = {}
-        for n_bytes in sizes["bytes"]:
-            x = torch.randn(n_bytes // 4, device=device)
-            ops[n_bytes] = next(op for api, op, _ in collective_ops(kind, x, world) if api == result["apis"][kind])
-            ops[n_bytes]()  # warm-up: two calls
-            ops[n_bytes]()
-            result["times"][(kind, n_bytes)] = []
-        for repeat in range(max(map(repeats_for, sizes["bytes"]))):
-            for n_bytes, op in ops.items():  # round-robin over the sizes
-                if repeat < repeats_for(n_bytes):
-                    dist.barrier()
-                    result["times"][(kind, n_bytes)] += time_with_host_clock(clock, op, 1, flush=False)
-    return result
-
-
 measured = {}  # world size -> {(kind, bytes): Timing}
 apis, unavailable = {}, set()
 for world in world_sizes:
-    ranks = _dist.launch(rank_worker, world, rank_device.type, device=rank_device)
+    ranks = _dist.launch(rank_worker, world, rank_device.type, sizes, device=rank_device)
     if ranks is None:  # another rank under torchrun: rank 0 writes the record
         _dist.shutdown()
         raise SystemExit(0)
@@ -415,8 +321,9 @@ for model in ("7B", "70B"):
             run.metric(f"proj.{model}.step_s.{tag}", step["total_s"], "s",
                        label=f"{model} on {n_gpus} H100s ({cfg.tp}x{cfg.pp}x{cfg.dp}): projected step time, 4M tokens")
             for degree in ("tp", "pp", "dp", "microbatches"):
-                run.metric(f"proj.{model}.{degree}.{tag}", getattr(cfg, degree), "microbatches" if degree ==
-                           "microbatches" else "GPUs", label=f"{model} on {n_gpus} H100s: {degree} of the chosen layout")
+                run.metric(f"proj.{model}.{degree}.{tag}", getattr(cfg, degree),
+                           "microbatches" if degree == "microbatches" else "GPUs",
+                           label=f"{model} on {n_gpus} H100s: {degree} of the chosen layout")
             run.metric(f"proj.{model}.memory_gb.{tag}", mem["total_bytes"] / 1e9, "GB",
                        label=f"{model} on {n_gpus} H100s: memory per GPU of the chosen layout")
             run.metric(f"proj.{model}.mfu.{tag}", step["mfu"], "fraction",
@@ -446,64 +353,6 @@ for model in ("7B", "70B"):
 run.series("scaling_efficiency", "Projected scaling efficiency (strong scaling, 4M-token batch)", "GPUs",
            "tokens/s per GPU relative to the smallest layout that fits", efficiency_lines, x_log=True,
            hlines={"perfect scaling": 1.0})
-
-# %% [markdown]
-# ## TP vs PP at a fixed size: every layout of 64 GPUs for the 70B model
-#
-# The sweep above keeps, at each GPU count, the layout with the lowest projected step time. This
-# table shows the trade-off it chose from: every way to split 64 GPUs (8 nodes) into TP x PP x DP for
-# the 70B model, whether it fits, and where its time goes. TP up to 16 is included, so one row has
-# its TP group span two nodes: its all-reduces then cross the nodes' InfiniBand cards (NCCL spreads
-# them over the 8 NICs of each node, so the bandwidth is close to NVLink's, but the latency is not).
-# Note also that TP traffic per GPU grows with the TP degree while compute per GPU does not: with a
-# fixed global batch, TP 16 x DP 4 gives each replica twice the microbatches of TP 8 x DP 8, each with
-# the same all-reduces.
-
-# %%
-LAYOUT_GPUS = 64
-layout_rows = []
-for cfg in cluster_model.candidate_layouts("70B", LAYOUT_GPUS, GLOBAL_BATCH, max_tp=16):
-    mem, step = cluster_model.memory_per_gpu(cfg), cluster_model.step_time(cfg)
-    layout_rows.append((step["total_s"] if mem["fits"] else float("inf"), cfg, mem, step))
-layout_rows.sort(key=lambda row: (row[0], row[1].tp * row[1].pp))
-run.table("layouts_70B_64gpu", f"70B on {LAYOUT_GPUS} H100s: every TP x PP x DP layout (4M-token batch, ZeRO-1, "
-          "selective recomputation), fastest first; TP 16 spans two nodes",
-          ["TPxPPxDP", "m", "memory (GB)", "fits", "compute (s)", "TP comm", "PP comm", "DP comm", "bubble", "total (s)"],
-          [[f"{c.tp}x{c.pp}x{c.dp}", c.microbatches, round(mem["total_bytes"] / 1e9, 1), "yes" if mem["fits"] else "no",
-            *(round(step[key], 3) for _, key in PARTS), round(step["total_s"], 3)] for _, c, mem, step in layout_rows])
-
-
-def best_layout(rows, condition):
-    """The fastest fitting layout among the rows that satisfy the condition."""
-    return next(row for row in rows if row[0] != float("inf") and condition(row[1]))
-
-
-named_layouts = {
-    "best": best_layout(layout_rows, lambda c: True),
-    "tp8_pp1": best_layout(layout_rows, lambda c: c.tp == 8 and c.pp == 1),
-    "tp16": best_layout(layout_rows, lambda c: c.tp == 16),
-}
-for name, (_, cfg, mem, step) in named_layouts.items():
-    prefix = f"layouts.70B.{LAYOUT_GPUS}gpu.{name}"
-    shape = f"{cfg.tp}x{cfg.pp}x{cfg.dp}"
-    run.metric(f"{prefix}.step_s", step["total_s"], "s", label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: projected step")
-    for degree in ("tp", "pp", "dp"):
-        run.metric(f"{prefix}.{degree}", getattr(cfg, degree), "GPUs", label=f"70B, {shape}: {degree.upper()} degree")
-    run.metric(f"{prefix}.memory_gb", mem["total_bytes"] / 1e9, "GB", label=f"70B, {shape}: memory per GPU")
-    comm = cluster_model.comm_volume(cfg)
-    for kind in ("tp", "pp", "dp"):
-        run.metric(f"{prefix}.{kind}_sent_gb", comm[f"{kind}_bytes"] / 1e9, "GB",
-                   label=f"70B, {shape}: bytes one GPU sends per step for {kind.upper()}")
-    for label, key in PARTS:
-        run.metric(f"{prefix}.{key.removesuffix('_s')}_share", step[key] / step["total_s"], "fraction",
-                   label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: {label} share of the step")
-tp8_cfg, tp16_cfg = named_layouts["tp8_pp1"][1], named_layouts["tp16"][1]
-tp_sent_ratio = cluster_model.comm_volume(tp16_cfg)["tp_bytes"] / cluster_model.comm_volume(tp8_cfg)["tp_bytes"]
-expected_ratio = ((tp16_cfg.microbatches / tp16_cfg.pp * 15 / 16)
-                  / (tp8_cfg.microbatches / tp8_cfg.pp * 7 / 8))
-run.check("model.tp_traffic_per_gpu_grows_with_tp", abs(tp_sent_ratio - expected_ratio) < 1e-9,
-          f"TP bytes per GPU per step, TP 16 over TP 8: {tp_sent_ratio:.3f} (expected {expected_ratio:.3f}: "
-          "layers per stage x microbatches per replica x 2(t-1)/t per all-reduce of the same size)")
 
 # %% [markdown]
 # ## Reading the projection

@@ -1,0 +1,95 @@
+# %% [markdown]
+# # TP vs PP at a fixed size: every layout of 64 H100s for a 70B model
+#
+# With the GPU count fixed, the layout (tensor-parallel x pipeline-parallel x data-parallel) decides
+# where a training step's time goes: TP's all-reduces in every layer, PP's point-to-point sends and
+# its bubble, DP's gradient exchange. This demo evaluates every way to split 64 GPUs (8 nodes of 8)
+# into TP x PP x DP for the 70B model, with the alpha-beta and memory cost model of
+# `demos/common/cluster_model.py` (the projection of `scale_model.py`, the calculator on the topic
+# page), and lists whether each layout fits in 80 GB and where its projected time goes.
+#
+# TP up to 16 is included, so one row has its TP group span two nodes: its all-reduces then cross
+# the nodes' InfiniBand cards (NCCL spreads them over the 8 NICs of each node, so the bandwidth is
+# close to NVLink's, but the latency is not). Note also that TP traffic per GPU grows with the TP
+# degree while compute per GPU does not: with a fixed global batch, TP 16 x DP 4 gives each replica
+# twice the microbatches of TP 8 x DP 8, each with the same all-reduces.
+#
+# Pure arithmetic: no collective runs here, and the numbers are the same on every machine. Every
+# assumption (link speeds from the datasheets, compute efficiency, ...) is printed in the
+# `assumptions` artifact of `scale_model`.
+
+# %%
+from demos.common import cluster_model
+from demos.harness.run import start
+
+run = start("parallel_layouts", title="TP vs PP at a fixed size: every layout of 64 H100s for a 70B model",
+            sizes={"tiny": 64, "small": 64, "full": 64})  # GPUs (the same at every size: no measurement)
+LAYOUT_GPUS = run.sizes
+GLOBAL_BATCH = 1024  # sequences of 4096 tokens: a 4M-token batch, as in scale_model's projection
+PARTS = [("compute", "compute_s"), ("TP comm", "tp_comm_s"), ("PP comm", "pp_comm_s"), ("DP comm", "dp_exposed_s"),
+         ("bubble", "bubble_s")]
+
+# %% [markdown]
+# ## Every layout, fastest first
+#
+# ZeRO-1, selective recomputation, 1F1B, one-sequence microbatches; `cluster_model.candidate_layouts`
+# lists every valid TP x PP x DP split of the 64 GPUs (TP a power of two, here up to 16).
+
+# %%
+layout_rows = []
+for cfg in cluster_model.candidate_layouts("70B", LAYOUT_GPUS, GLOBAL_BATCH, max_tp=16):
+    mem, step = cluster_model.memory_per_gpu(cfg), cluster_model.step_time(cfg)
+    layout_rows.append((step["total_s"] if mem["fits"] else float("inf"), cfg, mem, step))
+layout_rows.sort(key=lambda row: (row[0], row[1].tp * row[1].pp))
+run.table("layouts_70B_64gpu", f"70B on {LAYOUT_GPUS} H100s: every TP x PP x DP layout (4M-token batch, ZeRO-1, "
+          "selective recomputation), fastest first; TP 16 spans two nodes",
+          ["TPxPPxDP", "m", "memory (GB)", "fits", "compute (s)", "TP comm", "PP comm", "DP comm", "bubble",
+           "total (s)"],
+          [[f"{c.tp}x{c.pp}x{c.dp}", c.microbatches, round(mem["total_bytes"] / 1e9, 1), "yes" if mem["fits"] else "no",
+            *(round(step[key], 3) for _, key in PARTS), round(step["total_s"], 3)] for _, c, mem, step in layout_rows])
+
+
+def best_layout(rows, condition):
+    """The fastest fitting layout among the rows that satisfy the condition."""
+    return next(row for row in rows if row[0] != float("inf") and condition(row[1]))
+
+
+named_layouts = {
+    "best": best_layout(layout_rows, lambda c: True),
+    "tp8_pp1": best_layout(layout_rows, lambda c: c.tp == 8 and c.pp == 1),
+    "tp16": best_layout(layout_rows, lambda c: c.tp == 16),
+}
+for name, (_, cfg, mem, step) in named_layouts.items():
+    prefix = f"layouts.70B.{LAYOUT_GPUS}gpu.{name}"
+    shape = f"{cfg.tp}x{cfg.pp}x{cfg.dp}"
+    run.metric(f"{prefix}.step_s", step["total_s"], "s", label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: projected step")
+    for degree in ("tp", "pp", "dp"):
+        run.metric(f"{prefix}.{degree}", getattr(cfg, degree), "GPUs", label=f"70B, {shape}: {degree.upper()} degree")
+    run.metric(f"{prefix}.memory_gb", mem["total_bytes"] / 1e9, "GB", label=f"70B, {shape}: memory per GPU")
+    comm = cluster_model.comm_volume(cfg)
+    for kind in ("tp", "pp", "dp"):
+        run.metric(f"{prefix}.{kind}_sent_gb", comm[f"{kind}_bytes"] / 1e9, "GB",
+                   label=f"70B, {shape}: bytes one GPU sends per step for {kind.upper()}")
+    for label, key in PARTS:
+        run.metric(f"{prefix}.{key.removesuffix('_s')}_share", step[key] / step["total_s"], "fraction",
+                   label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: {label} share of the step")
+tp8_cfg, tp16_cfg = named_layouts["tp8_pp1"][1], named_layouts["tp16"][1]
+tp_sent_ratio = cluster_model.comm_volume(tp16_cfg)["tp_bytes"] / cluster_model.comm_volume(tp8_cfg)["tp_bytes"]
+expected_ratio = ((tp16_cfg.microbatches / tp16_cfg.pp * 15 / 16)
+                  / (tp8_cfg.microbatches / tp8_cfg.pp * 7 / 8))
+run.check("model.tp_traffic_per_gpu_grows_with_tp", abs(tp_sent_ratio - expected_ratio) < 1e-9,
+          f"TP bytes per GPU per step, TP 16 over TP 8: {tp_sent_ratio:.3f} (expected {expected_ratio:.3f}: "
+          "layers per stage x microbatches per replica x 2(t-1)/t per all-reduce of the same size)")
+
+# %% [markdown]
+# ## Reading the table
+#
+# Among the layouts that fit, the model trades TP traffic against the bubble. TP's all-reduces move
+# bytes in proportion to L s b h per microbatch, fully exposed here; PP costs small point-to-point
+# messages plus the bubble (p-1)/(m+p-1), and with a 4M-token batch m is large, so for this batch
+# the model prefers narrow TP and deep PP. With a small global batch the bubble grows and TP 8 wins:
+# the best layout depends on the batch, not only on the model. Layouts within a few percent of each
+# other are a tie within the model's error.
+
+# %%
+run.save()

@@ -1,0 +1,41 @@
+"""DDP's bucket sweep at the tiny size on 2 gloo ranks: every bucket size trains to the single-process
+parameters, a steady step makes one all-reduce per rebuilt bucket, and the all-reduce count never grows
+with the bucket size."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+
+pytestmark = pytest.mark.slow
+
+BUCKET_LABELS = ("0p25mb", "1mb", "5mb", "25mb", "100mb")  # increasing bucket_cap_mb
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The record, and its metrics' values by name."""
+    record = run_demo("demos.t7_parallelism.ddp_buckets", tmp_path_factory.mktemp("results"))
+    return record, {name: metric["value"] for name, metric in record["metrics"].items()}
+
+
+def test_every_bucket_size_trains_like_one_process(tiny):
+    record, _ = tiny
+    checks = {c["name"]: c for c in record["checks"]}
+    for label in (*BUCKET_LABELS, "default"):
+        assert checks[f"bucket_sweep.{label}"]["passed"]
+        assert checks[f"bucket.{label}.calls_equal_buckets"]["passed"]
+    assert all(c["passed"] for c in record["checks"])
+
+
+def test_all_reduce_count_never_grows_with_bucket_size(tiny):
+    record, value = tiny
+    calls = [value[f"bucket.{label}.calls"] for label in BUCKET_LABELS]
+    assert calls == sorted(calls, reverse=True) and calls[0] > calls[-1], calls
+    # the default (25 MiB) caps the first bucket at 1 MiB, so it never has fewer buckets than an explicit 25
+    assert value["bucket.default.calls"] >= value["bucket.25mb.calls"]
+    series = next(s for s in record["series"] if s["name"] == "bucket_calls")
+    assert series["lines"][0]["y"] == calls
+    assert value["bucket.first_bucket_mib"] == 1
+    assert all(value[f"bucket.{label}.step_ms"] > 0 for label in BUCKET_LABELS)

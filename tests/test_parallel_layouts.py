@@ -1,0 +1,33 @@
+"""Every TP x PP x DP layout of 64 GPUs for the 70B model: the record lists them fastest first, the named
+layouts are the fastest fitting ones with their constraint, and their shares of the step add up to 1."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+from demos.common import cluster_model
+
+PARTS = ("compute", "tp_comm", "pp_comm", "dp_exposed", "bubble")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return run_demo("demos.t7_parallelism.parallel_layouts", tmp_path_factory.mktemp("results"))
+
+
+def test_layouts_fastest_first_and_named_ones_consistent(tiny):
+    assert all(c["passed"] for c in tiny["checks"]) and tiny["checks"]
+    table = next(t for t in tiny["tables"] if t["name"] == "layouts_70B_64gpu")
+    rows = [dict(zip(table["columns"], row)) for row in table["rows"]]
+    assert len(rows) == len(cluster_model.candidate_layouts("70B", 64, 1024, max_tp=16))
+    fitting = [r for r in rows if r["fits"] == "yes"]
+    assert [r["total (s)"] for r in fitting] == sorted(r["total (s)"] for r in fitting)
+    m = {name: v["value"] for name, v in tiny["metrics"].items()}
+    best = "x".join(str(int(m[f"layouts.70B.64gpu.best.{d}"])) for d in ("tp", "pp", "dp"))
+    assert best == fitting[0]["TPxPPxDP"]
+    assert m["layouts.70B.64gpu.tp8_pp1.tp"] == 8 and m["layouts.70B.64gpu.tp8_pp1.pp"] == 1
+    assert m["layouts.70B.64gpu.tp16.tp"] == 16
+    for name in ("best", "tp8_pp1", "tp16"):
+        assert sum(m[f"layouts.70B.64gpu.{name}.{part}_share"] for part in PARTS) == pytest.approx(1.0)
+        assert m[f"layouts.70B.64gpu.{name}.memory_gb"] <= 80

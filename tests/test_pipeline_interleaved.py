@@ -1,0 +1,37 @@
+"""Interleaved 1F1B at the tiny size (4 ranks, v = 2, m = 4): torch.distributed.pipelining's schedule gives
+the unsplit 2p-layer model's loss, output and every virtual stage's gradients, and its idle fraction is
+measured next to the formula (p-1)/(vm+p-1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+
+pytestmark = pytest.mark.slow
+
+P, V, M = 4, 2, 4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return run_demo("demos.t7_parallelism.pipeline_interleaved", tmp_path_factory.mktemp("results"))
+
+
+def test_interleaved_1f1b_equals_the_unsplit_model(tiny):
+    checks = {c["name"]: c for c in tiny["checks"]}
+    name = f"torch_pipelining.interleaved.m{M}"
+    for part in ["loss", "output"] + [f"stage{k}.grads" for k in range(V * P)]:
+        assert checks[f"{name}.{part}"]["passed"], checks[f"{name}.{part}"]
+
+
+def test_bubble_is_measured_next_to_the_formulas(tiny):
+    m = tiny["metrics"]
+    assert m[f"formula_interleaved.m{M}.bubble"]["value"] == pytest.approx((P - 1) / (V * M + P - 1))
+    assert m[f"formula.m{M}.bubble"]["value"] == pytest.approx((P - 1) / (M + P - 1))
+    measured, worst = m[f"interleaved.m{M}.bubble"]["value"], m[f"interleaved.m{M}.bubble_worst_stage"]["value"]
+    # hand-overs cost time the formula leaves out, so the measured idle fraction is at least the formula's
+    # (less a little for clock noise), and the most idle device is at least the mean
+    assert m[f"formula_interleaved.m{M}.bubble"]["value"] - 0.05 <= measured < 1 and worst >= measured
+    # padded to T_f forward per device per step: a step takes at least the devices' 3 T_f of work
+    assert m[f"interleaved.m{M}.step_ms"]["value"] >= 3 * 100
