@@ -212,6 +212,8 @@ for m, i, tf, gb in sweep:
     run.metric(f"sweep.m{m}.tflops", tf, "TFLOP/s", dtype="float32", label=f"X({m}x{K}) @ W({K}x{N}), I = {i:.2f} FLOP/B")
 run.metric("sweep.m1.of_bandwidth", sweep[0][3] / bandwidth, "fraction", label="matrix-vector: GB/s over the bandwidth roof")
 run.metric("sweep.best.of_peak", max(s[2] for s in sweep) / peak, "fraction", label="best sweep point over the fp32 peak")
+run.metric("sweep.lowest.of_roof", min(r[4] for r in rows[: len(sweep)]), "fraction",
+           label="the sweep point furthest below its roof: its rate over min(peak, I x bandwidth)")
 worst = max(r[4] for r in rows[: len(sweep)])
 run.check("roofline.no_point_above_roof", worst <= 1.0 + 1e-9,
           f"the highest of the sweep's points is {worst:.3f} of its roof (roofs are the best samples, so at most 1)")
