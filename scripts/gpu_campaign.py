@@ -93,10 +93,12 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                            "would not fit; the Python online-softmax loop is the slowest timed variant (~0.2 s a call)"),
     "batching": (70, "prefill/decode at 8 batch sizes (microseconds each), then the host-side simulation: 2000 "
                      "requests x 6 loads x 2 policies"),
-    "kv_cache": (35, "greedy generation of 896 tokens with and without the cache for 4 prompts (~1e14 FLOP without), "
-                     "decode timings at 5 context lengths, batch 128"),
-    "speculative": (50, "greedy references and speculative decoding at 5 draft lengths for 16 prompts x 256 "
-                        "tokens (token by token, launch-bound), timings on 4 prompts"),
+    "kv_cache": (60, "float32 correctness: 896 tokens with and without the cache for 4 prompts (~1e14 FLOP without); "
+                     "step timings at 5 positions; whole generations timed 5 times each way (launch-bound, ~1.5 ms "
+                     "a step)"),
+    "speculative": (90, "float32 greedy references and speculative decoding at 5 draft lengths for 16 prompts x 256 "
+                        "tokens (token by token, launch-bound, ~2 ms a target pass), the off-by-one run, timings on "
+                        "4 prompts"),
     "weight_only_int8": (45, "an 8192x8192 linear in bf16 / INT8 dequant / INT8 Triton at 5 row counts, the model's "
                              "decode step, one CUDA-graph capture"),
 }
