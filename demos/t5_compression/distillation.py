@@ -19,6 +19,8 @@
 # softly: the transfer set of the paper).
 
 # %%
+import copy
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -141,11 +143,12 @@ run.metric("teacher.acc", teacher_acc, "fraction", label="teacher, held-out accu
 run.metric("teacher.params", n_params(teacher), "parameters", label="teacher parameters")
 run.metric("student.params", n_params(MLP(STUDENT_HIDDEN)), "parameters", label="student parameters")
 run.metric("teacher.train_s", teacher_info["train_s"], "s", label=f"teacher training ({TEACHER_EPOCHS} epochs)")
-student = MLP(STUDENT_HIDDEN).eval()
+device = run.torch_device  # training ran on the CPU (seconds); inference latency is measured on the run's device
+teacher_on_device, student = copy.deepcopy(teacher).to(device), MLP(STUDENT_HIDDEN).eval().to(device)
 for rows_n in (1, len(x_te)):
-    x = x_te[:rows_n]
+    x = x_te[:rows_n].to(device)
     with torch.no_grad():
-        t_teacher = run.time(lambda: teacher(x)).median_s
+        t_teacher = run.time(lambda: teacher_on_device(x)).median_s
         t_student = run.time(lambda: student(x)).median_s
     run.metric(f"latency.teacher.rows{rows_n}_us", t_teacher * 1e6, "us", label=f"teacher forward, {rows_n} rows")
     run.metric(f"latency.student.rows{rows_n}_us", t_student * 1e6, "us", label=f"student forward, {rows_n} rows")
