@@ -19,7 +19,7 @@ def tiny_record(tmp_path_factory):
 
 def test_stalls_follow_the_mantissa(tiny_record):
     m = tiny_record["metrics"]
-    assert m["stall.fp16"]["value"] == 2048  # 2^(10+1): increments of 1 are half an ulp there
+    assert m["stall.fp16"]["value"] == 2048 and m["stall.fp16"]["unit"] == "ones"  # 2^(10+1): increments of 1 are half an ulp there
     if "stall.bf16" in m:
         assert m["stall.bf16"]["value"] == 256  # 2^(7+1)
 

@@ -57,7 +57,7 @@ if importlib.util.find_spec("ml_dtypes"):
 else:
     run.not_run("bf16 single-accumulator sum", "ml_dtypes is not installed")
 for name, value in stall.items():
-    run.metric(f"stall.{name}", value, "sum", label=f"{ones} ones added one by one in {name}")
+    run.metric(f"stall.{name}", value, "ones", label=f"the sum of {ones} ones added one by one in {name}")
 run.check("stall.fp16_stops_at_2048", stall["fp16"] == 2048.0, f"fp16 running sum of {ones} ones = {stall['fp16']}")
 
 # %% [markdown]
