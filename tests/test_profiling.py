@@ -4,7 +4,6 @@ the top-operators table is recorded, and Nsight Compute is recorded as not run o
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 pytestmark = pytest.mark.slow

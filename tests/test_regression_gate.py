@@ -7,8 +7,8 @@ import json
 import math
 
 import pytest
-
 from conftest import REPO, run_demo
+
 from demos.harness import record
 from demos.t10_benchmarking import _gate
 

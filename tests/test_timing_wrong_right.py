@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-
 from conftest import run_demo
+
 from demos.t10_benchmarking import _timers
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ reads faster back to back than flushed, and the median's spread shrinks with mor
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
+
 from demos.t10_benchmarking._cpu_cache import CpuCacheFlusher
 
 pytestmark = pytest.mark.slow
