@@ -1,0 +1,183 @@
+# %% [markdown]
+# # Profile first: where one training step's time goes, and its MFU
+#
+# Before changing anything, profile one step and sort its time into four bins:
+#
+# - **compute-bound**: matrix multiplications (`mm`, `addmm`, `bmm`; on a GPU the GEMM kernels);
+# - **memory-bound**: every other op (elementwise, LayerNorm, softmax, copies, the optimizer's
+#   update): they do few FLOPs per byte, so memory bandwidth limits them;
+# - **communication**: collectives (`gloo:*` / `nccl:*` events);
+# - **idle / host**: the rest of the step's wall time, when no op runs on the device: Python,
+#   framework overhead, data loading, waiting for a collective.
+#
+# And the step's **MFU** (model FLOPs utilization, Chowdhery et al., [PaLM](https://arxiv.org/abs/2204.02311),
+# appendix B): the FLOPs the model needs per step, 6 N per token for N parameters plus 12 L s h per token
+# for attention, divided by step time and by the matmul ceiling measured in this same run (not a
+# datasheet peak). On a CPU run the single process uses every thread, like the ceiling.
+
+# %%
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from demos.harness.run import start
+from demos.t7_parallelism._dist import launch, under_torchrun
+from demos.t8_training._gpt import GPTConfig, batch, make_gpt
+
+run = start("profile_step", title="Profile of one training step: top ops, time split, MFU",
+            sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=64, heads=2, layers=2, dropout=0.0), "b": 2},
+                   "small": {"cfg": GPTConfig(vocab=512, seq=64, width=192, heads=4, layers=4, dropout=0.0), "b": 4},
+                   "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=2048, heads=16, layers=8, dropout=0.0), "b": 8}})
+cfg, B = run.sizes["cfg"], run.sizes["b"]
+dev = run.torch_device
+gpu = dev.type == "cuda"
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")
+COMM = ("c10d::", "gloo:", "nccl:", "ncclDevKernel", "ncclKernel")
+
+# %%
+model = make_gpt(cfg, seed=0, device=dev).train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+tokens, targets = batch(cfg, B, step=0, device=dev)
+
+
+def step():
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=gpu):
+        loss = model(tokens, targets)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def union_length(intervals):
+    total, end = 0.0, -float("inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def classify(name):
+    if name.startswith(COMM) or "nccl" in name.lower():
+        return "communication"
+    if name.startswith(MATMULS) or any(k in name.lower() for k in ("gemm", "cutlass", "sm90_xmma", "sm80_xmma")):
+        return "compute-bound"
+    return "memory-bound"
+
+
+def quietest_step(prof):
+    """The profiled step (of several) with the shortest wall time: a shared machine can stall any one."""
+    return min((e.time_range for e in prof.events() if e.name == "train_step"), key=lambda r: r.elapsed_us())
+
+
+def split(prof, window):
+    """Busy time per bin from the device's ops inside the step's window (GPU: kernels; CPU: the
+    outermost ATen/collective ops), and idle = wall - busy."""
+    wall_us = window.elapsed_us()
+    events = [e for e in prof.events() if window.start <= e.time_range.start and e.time_range.end <= window.end]
+    if gpu:
+        ops = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    else:
+        ops = [e for e in events if e.name.startswith(("aten::", "c10d::", "gloo:"))
+               and not (e.cpu_parent is not None and e.cpu_parent.name.startswith(("aten::", "c10d::")))]
+    bins = {}
+    for e in ops:
+        bins.setdefault(classify(e.name), []).append([e.time_range.start, e.time_range.end])
+    out = {k: union_length(v) / wall_us for k, v in bins.items()}
+    busy = union_length([iv for v in bins.values() for iv in v])
+    out["idle / host"] = max(0.0, 1 - busy / wall_us)
+    return out
+
+
+step()
+t = run.time(step)
+activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if gpu else [])
+PROFILED = 3
+with torch.profiler.profile(activities=activities, with_flops=True) as prof:
+    for _ in range(PROFILED):
+        with torch.profiler.record_function("train_step"):
+            step()
+        if gpu:
+            torch.cuda.synchronize()
+window = quietest_step(prof)
+
+# %% [markdown]
+# ## Top ops
+
+# %%
+key = "self_device_time_total" if gpu else "self_cpu_time_total"
+averages = sorted((a for a in prof.key_averages() if gpu or a.key.startswith(("aten::", "c10d::", "gloo:"))),
+                  key=lambda a: getattr(a, key), reverse=True)
+total_self = sum(getattr(a, key) for a in averages)
+rows = [[a.key, a.count / PROFILED, getattr(a, key) / 1e3 / PROFILED, getattr(a, key) / total_self, classify(a.key)]
+        for a in averages[:10]]
+run.table("top_ops", f"Top 10 ops by self time (mean of {PROFILED} profiled steps)",
+          ["op", "calls per step", "self ms per step", "share", "bin"], rows)
+run.artifact("profile_table", prof.key_averages().table(sort_by=key, row_limit=15))
+
+# %% [markdown]
+# ## Time split and MFU
+
+# %%
+parts = split(prof, window)
+for name, share in parts.items():
+    run.metric(f"split.{name.replace(' / ', '_').replace('-', '_')}", share, "fraction", label="of the profiled step's wall time")
+n_params = sum(p.numel() for p in model.parameters())
+n_tokens = B * cfg.seq
+model_flops = (6 * n_params + 12 * cfg.layers * cfg.seq * cfg.width) * n_tokens
+profiled_flops = sum(e.flops for e in prof.events() if e.flops and e.device_type != torch.autograd.DeviceType.CUDA
+                     and window.start <= e.time_range.start and e.time_range.end <= window.end)
+run.metric("step_ms", t.median_s * 1e3, "ms")
+run.metric("model_flops_g", model_flops / 1e9, "GFLOP", label="(6 N + 12 L s h) x tokens")
+run.metric("profiler_matmul_flops_g", profiled_flops / 1e9, "GFLOP", label="FLOPs the profiler counted in matmuls")
+ceiling = "matmul_bf16" if gpu else "matmul_fp32"
+run.metric("achieved_tflops", model_flops / t.median_s / 1e12, "TFLOP/s", ceiling=ceiling,
+           label="model FLOPs / step time; its fraction of the matmul ceiling is the MFU")
+run.check("flop_count_consistent", 0.7 < profiled_flops / model_flops < 1.3,
+          f"profiler counted {profiled_flops / 1e9:.3f} GFLOP in matmuls vs {model_flops / 1e9:.3f} by the formula")
+run.series("split", "Where one step's wall time goes", "bin (0 compute, 1 memory, 2 comm, 3 idle)", "fraction",
+           {"single process": ([0, 1, 2, 3], [parts.get(k, 0.0) for k in
+                                              ("compute-bound", "memory-bound", "communication", "idle / host")])})
+
+# %% [markdown]
+# ## The same step with DDP on 2 ranks: the communication bin
+#
+# On a CPU, 2 gloo ranks with one thread each; under torchrun, one GPU per rank with NCCL.
+
+# %%
+def ddp_worker(rank, world):
+    m = make_gpt(cfg, seed=0, device=dev).train()
+    d = DistributedDataParallel(m)
+    o = torch.optim.AdamW(d.parameters(), lr=1e-3)
+    tk, tg = batch(cfg, B, step=0, seed=rank, device=dev)
+
+    def ddp_step():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=gpu):
+            loss = d(tk, tg)
+        o.zero_grad(set_to_none=True)
+        loss.backward()
+        o.step()
+
+    ddp_step()
+    ddp_step()
+    with torch.profiler.profile(activities=activities) as p:
+        for _ in range(PROFILED):
+            with torch.profiler.record_function("train_step"):
+                ddp_step()
+            if gpu:
+                torch.cuda.synchronize()
+    w = quietest_step(p)
+    return split(p, w), w.elapsed_us()
+
+
+if gpu and not under_torchrun():
+    run.not_run("ddp split", "on GPUs this part runs under torchrun (one process per GPU)")
+else:
+    result = launch(ddp_worker, 2, device=dev)
+    if result is not None:
+        ddp_parts, ddp_wall = result[0]
+        for name, share in ddp_parts.items():
+            run.metric(f"ddp.split.{name.replace(' / ', '_').replace('-', '_')}", share, "fraction",
+                       label="rank 0, of its profiled step's wall time")
+        run.metric("ddp.step_ms", ddp_wall / 1e3, "ms", label="one profiled step, rank 0")
+        run.check("ddp_has_communication", ddp_parts.get("communication", 0) > 0, "the trace holds all-reduce time")
+run.save()
