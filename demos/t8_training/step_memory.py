@@ -32,7 +32,7 @@ from demos.t8_training._gpt import (GPTConfig, SavedTensors, activation_bytes_pe
 
 run = start("step_memory", title="Memory of a training step: weights, gradients, Adam states, activations",
             sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=48, heads=2, layers=2), "b": 2, "seqs": [16, 32]},
-                   "small": {"cfg": GPTConfig(vocab=1000, seq=128, width=256, heads=4, layers=4), "b": 4,
+                   "small": {"cfg": GPTConfig(vocab=1000, seq=128, width=256, heads=4, layers=4), "b": 3,
                              "seqs": [32, 64, 128]},
                    "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=1024, heads=16, layers=8), "b": 8,
                             "seqs": [256, 512, 1024]}},
@@ -230,6 +230,43 @@ for name, shape in LLAMA2.items():
 run.table("projection", "Llama-2 shapes, mixed-precision AdamW, one 4096-token sequence (GB = 1e9 bytes)",
           ["model", "params (B)", "model states", "activations", "activations, fused attention",
            "activations, full recompute", "states per GPU, ZeRO-3 x64"], rows)
+# %% [markdown]
+# ## FSDP on 64 GPUs: the cluster model's view of one step
+#
+# The project's cost model (`demos/common/cluster_model.py`: alpha-beta collectives, H100 SXM and
+# NDR InfiniBand link figures from their datasheets, 50% compute efficiency ASSUMED; its
+# assumptions are printed in its own record) for a 70B GPT-shaped model (12 L h^2 + V h parameters,
+# a little below Llama-2's count) on 8 nodes of 8 GPUs, 4096-token sequences, a global batch of 512
+# sequences (2M tokens). Layouts: FSDP (ZeRO-3) over all 64 with selective or full recomputation;
+# TP 8 inside each node (sequence parallel) with ZeRO-1 or ZeRO-3 over the 8 nodes. "exposed": no
+# overlap of data-parallel traffic; "overlap": hidden behind backward where the model allows it.
+
+# %%
+LAYOUTS = {"fsdp64_selective": dict(tp=1, dp=64, microbatches=8, zero_stage=3, recompute="selective"),
+           "fsdp64_full": dict(tp=1, dp=64, microbatches=8, zero_stage=3, recompute="full"),
+           "tp8_zero1_dp8": dict(tp=8, dp=8, microbatches=64, zero_stage=1, recompute="selective"),
+           "tp8_zero3_dp8": dict(tp=8, dp=8, microbatches=64, zero_stage=3, recompute="selective")}
+design_rows = []
+for name, layout in LAYOUTS.items():
+    c = cm.Config(**cm.MODELS["70B"], seq_len=4096, **layout)
+    mem, comm = cm.memory_per_gpu(c), cm.comm_volume(c)
+    exposed, hidden = cm.step_time(c), cm.step_time(cm.Config(**{**c.__dict__, "overlap_dp": True}))
+    values = {"memory_gb": mem["total_bytes"] / GB, "states_gb": mem["model_states_bytes"] / GB,
+              "activations_gb": mem["activations_bytes"] / GB, "dp_gb_sent": comm["dp_bytes"] / GB,
+              "tp_gb_sent": comm["tp_bytes"] / GB, "compute_s": exposed["compute_s"], "dp_comm_s": exposed["dp_comm_s"],
+              "tp_comm_s": exposed["tp_comm_s"], "step_exposed_s": exposed["total_s"], "step_overlap_s": hidden["total_s"],
+              "mfu_exposed": exposed["mfu"], "mfu_overlap": hidden["mfu"]}
+    for key, v in values.items():
+        run.metric(f"design.{name}.{key}", v, "GB" if key.endswith("gb") or key.endswith("gb_sent") else
+                   ("fraction" if key.startswith("mfu") else "s"))
+    run.metric(f"design.{name}.fits", float(mem["fits"]), "bool", label="fits in 80 GB")
+    design_rows.append([name, values["memory_gb"], "yes" if mem["fits"] else "no", values["dp_gb_sent"],
+                        values["tp_gb_sent"], values["compute_s"], values["dp_comm_s"], values["tp_comm_s"],
+                        values["step_exposed_s"], values["step_overlap_s"], values["mfu_overlap"]])
+run.table("design", "70B on 64 H100s (cluster model, per GPU, one step of 2M tokens)",
+          ["layout", "memory GB", "fits 80 GB", "DP GB sent", "TP GB sent", "compute s", "DP comm s", "TP comm s",
+           "step s (no overlap)", "step s (overlap)", "MFU (overlap)"], design_rows)
+run.artifact("cluster_model_assumptions", cm.assumptions_text())
 run.check("llama2_7B.params", abs(llama2_params(**LLAMA2["7B"]) - 6.738e9) < 1e6,
           "6.738 B, the count the released 7B checkpoint has")
 run.save()
