@@ -32,7 +32,7 @@ run = start(
     title="Pruning: unstructured, structured and 2:4 sparsity; accuracy curves and real latency",
     sizes={  # (seeds, fine-tune epochs, large layer width, batch rows for the large layer)
         "tiny": ([0, 1], 2, 512, 64),
-        "small": ([0, 1, 2], 4, 2048, 256),
+        "small": ([0, 1, 2], 4, 2048, 128),
         "full": ([0, 1, 2], 4, 8192, 4096),
     },
     cpu_threads=1,

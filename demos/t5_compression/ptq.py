@@ -30,14 +30,14 @@ from demos.t5_compression._quant import (calibrate, layer_inputs, observe, quant
 run = start(
     "ptq",
     title="Post-training quantization: BF16, INT8 weight-only and W8A8, scales, calibration, ONNX Runtime",
-    sizes={  # (seeds for the accuracy spread, batch rows for latency, width of the large linear layer)
-        "tiny": ([0, 1], [1, 64], 256),
-        "small": ([0, 1, 2], [1, 600], 2048),
-        "full": ([0, 1, 2], [1, 600, 8192], 8192),
+    sizes={  # (seeds for the accuracy spread, batch rows for the model, width of the large linear layer, its rows)
+        "tiny": ([0, 1], [1, 64], 256, [1, 64]),
+        "small": ([0, 1, 2], [1, 600], 2048, [1, 256]),
+        "full": ([0, 1, 2], [1, 600, 8192], 8192, [1, 256, 8192]),
     },
     cpu_threads=1,
 )
-seeds, batch_sweep, big_width = run.sizes
+seeds, batch_sweep, big_width, big_rows = run.sizes
 HIDDEN, EPOCHS = 256, 30
 x_tr, y_tr, x_te, y_te = digits()
 models = {s: trained(HIDDEN, s, EPOCHS, log=run.log)[0] for s in seeds}
@@ -259,7 +259,7 @@ with torch.no_grad():
                 run.check(f"torchao.{name}.accuracy", accuracy(lambda x: out, x_te, y_te) >= acc["fp32"][0] - 0.01,
                           f"torchao {name} held-out accuracy {accuracy(lambda x: out, x_te, y_te):.4f} "
                           f"within 1 point of fp32 {acc['fp32'][0]:.4f}")
-            for rows in batch_sweep:
+            for rows in (batch_sweep if scope == "model" else big_rows):
                 x = torch.randn(rows, width, device=device, dtype=dtype)
                 latency[scope, name, rows] = run.time(lambda: q(x)).median_s
                 run.log(f"  {scope} {name:18s} rows {rows:5d} {latency[scope, name, rows] * 1e6:10.1f} us")
