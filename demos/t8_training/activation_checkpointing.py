@@ -25,7 +25,7 @@ from demos.t8_training._gpt import GPTConfig, batch, make_gpt, peak_bytes
 
 run = start("activation_checkpointing", title="Activation checkpointing: peak memory vs step time",
             sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=48, heads=2, layers=4), "b": 2},
-                   "small": {"cfg": GPTConfig(vocab=512, seq=128, width=192, heads=4, layers=8), "b": 4},
+                   "small": {"cfg": GPTConfig(vocab=512, seq=96, width=128, heads=4, layers=8), "b": 4},
                    "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=1024, heads=16, layers=16), "b": 8}},
             cpu_threads=1)
 cfg, B = run.sizes["cfg"], run.sizes["b"]
