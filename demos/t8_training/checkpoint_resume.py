@@ -70,8 +70,8 @@ def job(rank, world, folder, kill_at, resume, restore_rng=True):
         return {"model": model_sd, "optim": optim_sd, "step": torch.tensor(0),
                 f"rng_rank{rank}": torch.get_rng_state() if rng is None else rng}
 
-    if resume:
-        last = int((folder / "LATEST").read_text())
+    if resume is not None:  # the step of the checkpoint to load (what LATEST said when the job restarted)
+        last = resume
         sd = state()
         _, load_s = run.first_call(lambda: dcp.load(sd, checkpoint_id=folder / f"step{last}"))
         set_state_dict(ddp, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
@@ -114,16 +114,16 @@ try:
     straight_dir, crash_dir = root / "straight", root / "crash"
     straight_dir.mkdir()
     crash_dir.mkdir()
-    straight = launch(job, 2, str(straight_dir), -1, False)
+    straight = launch(job, 2, str(straight_dir), -1, None)
     try:
-        launch(job, 2, str(crash_dir), KILL_AT, False)
+        launch(job, 2, str(crash_dir), KILL_AT, None)
         killed = False
     except Exception as e:  # torch.multiprocessing reports the dead rank and stops the other one
         killed = "SIGKILL" in str(e) or "signal" in str(e).lower()
         run.log(f"  the job died as planned: {str(e).splitlines()[0]}")
     run.check("rank_was_killed", killed, f"rank 1 died of SIGKILL at step {KILL_AT}; the launcher stopped the job")
     last = int((crash_dir / "LATEST").read_text())
-    resumed = launch(job, 2, str(crash_dir), -1, True)
+    resumed = launch(job, 2, str(crash_dir), -1, last)
     lost = KILL_AT - last
     run.metric("resume.from_step", last, "step")
     run.metric("resume.steps_recomputed", lost, "steps", label="done before the crash, after the last checkpoint")
@@ -136,7 +136,7 @@ try:
                   f"steps {last}..{STEPS - 1}: {len(got)} losses, max |difference| {worst:.1e} (must be exactly 0)")
 
     # The teeth: the same resume without restoring the RNG state (dropout then draws other masks).
-    careless = launch(job, 2, str(crash_dir), -1, True, False)
+    careless = launch(job, 2, str(crash_dir), -1, last, False)
     drift = max(abs(straight[0]["losses"][k] - v) for k, v in careless[0]["losses"].items())
     run.check("resume_without_rng_differs", drift > 0, f"without the RNG state the resumed losses differ by up to {drift:.1e}")
     run.metric("resume.without_rng_max_loss_diff", drift, "nats")

@@ -13,7 +13,9 @@
 # And the step's **MFU** (model FLOPs utilization, Chowdhery et al., [PaLM](https://arxiv.org/abs/2204.02311),
 # appendix B): the FLOPs the model needs per step, 6 N per token for N parameters plus 12 L s h per token
 # for attention, divided by step time and by the matmul ceiling measured in this same run (not a
-# datasheet peak). On a CPU run the single process uses every thread, like the ceiling.
+# datasheet peak). On a CPU the step runs on one thread (a second thread on a small model is mostly
+# synchronisation) while the harness measures the ceiling with all of the machine's threads, so a CPU
+# MFU is understated by up to the thread count; on a GPU both use the whole device.
 
 # %%
 import torch
@@ -26,7 +28,8 @@ from demos.t8_training._gpt import GPTConfig, batch, make_gpt
 run = start("profile_step", title="Profile of one training step: top ops, time split, MFU",
             sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=64, heads=2, layers=2, dropout=0.0), "b": 2},
                    "small": {"cfg": GPTConfig(vocab=512, seq=64, width=192, heads=4, layers=4, dropout=0.0), "b": 4},
-                   "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=2048, heads=16, layers=8, dropout=0.0), "b": 8}})
+                   "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=2048, heads=16, layers=8, dropout=0.0), "b": 8}},
+            cpu_threads=1)
 cfg, B = run.sizes["cfg"], run.sizes["b"]
 dev = run.torch_device
 gpu = dev.type == "cuda"

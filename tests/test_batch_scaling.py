@@ -1,0 +1,34 @@
+"""Optimizer at scale, tiny size: clip_grad_norm_ on FSDP2's sharded gradients equals single-process
+clipping of the whole gradient, while a clip computed from one rank's shards uses a smaller norm and
+gives different gradients (the silent error the test must catch). The learning-rate part is a
+measurement with no pass/fail claim; only its bookkeeping is checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_demo
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory):
+    return run_demo("demos.t8_training.batch_scaling", tmp_path_factory.mktemp("results"))
+
+
+def value(rec, name):
+    return rec["metrics"][name]["value"]
+
+
+def test_fsdp_clip_uses_the_global_norm(rec):
+    assert value(rec, "clip.fsdp_norm") == pytest.approx(value(rec, "clip.global_norm"), rel=1e-5)
+    for rank in (0, 1):
+        assert value(rec, f"clip.rank{rank}.fsdp_max_err") < 1e-6
+        assert value(rec, f"clip.rank{rank}.shard_norm") < value(rec, "clip.global_norm")
+        assert value(rec, f"clip.rank{rank}.per_shard_max_err") > 1e-4
+    assert all(c["passed"] for c in rec["checks"])
+
+
+def test_lr_runs_recorded(rec):
+    for name in ("k1.base_lr", "k2.base_lr", "k2.scaled_warmup", "k4.base_lr", "k4.scaled_warmup"):
+        assert value(rec, f"{name}.held_out_loss") > 0
+    assert value(rec, "base_lr") in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
