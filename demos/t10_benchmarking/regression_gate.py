@@ -145,6 +145,9 @@ run.metric("sequential.miss_rate", miss_seq, "fraction", label="the same, timed 
 run.metric("slower.measured_ratio", true_slowdown, "x", label="the 10%-more-work kernel's measured median ratio")
 run.metric("unchanged.ratio_p99", float(np.percentile(results["unchanged"][0], 99)), "x",
            label="99th percentile of the unchanged kernel's gate ratio")
+for order, r in zip(("interleaved", "sequential"), results["unchanged"]):
+    run.metric(f"unchanged.{order}.p99_over_p1", float(np.percentile(r, 99) / np.percentile(r, 1)), "x",
+               label=f"unchanged kernel, {order} timing: how wide its gate ratio ranged (p99 over p1)")
 # A gate that fails one good change in five, or passes one regression in five, is not usable; the
 # rates themselves are the measurement (a z = 3 threshold promises about 0.1% false alarms only if
 # the pairs were independent and normal, which a busy machine's load episodes are not).
