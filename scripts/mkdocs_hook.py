@@ -28,6 +28,8 @@ import markdown as python_markdown  # noqa: E402
 from scripts import catalog, render, site_pages  # noqa: E402
 from scripts.markers import MarkerError  # noqa: E402
 
+TOPIC_SEARCH_BOOST = 4
+
 
 @event_priority(100)  # before mkdocs-jupyter, so it turns the demo sources into notebook pages
 def on_files(files, config):
@@ -36,7 +38,8 @@ def on_files(files, config):
             src_uri = render.demo_src_uri(demo)
             files.append(File(src_uri, src_dir=str(catalog.REPO_ROOT), dest_dir=config["site_dir"],
                               use_directory_urls=config["use_directory_urls"]))
-            notebook = jupytext.writes(jupytext.read(demo.path), fmt="ipynb")
+            # a notebook that runs in a fresh Jupyter: kernelspec, a setup cell, a last cell keeping the record
+            notebook = render.downloadable_notebook(demo, jupytext.writes(jupytext.read(demo.path), fmt="ipynb"))
             files.append(File.generated(config, src_uri.removesuffix(".py") + ".ipynb", content=notebook))
         for path, svg in render.plot_files({demo: catalog.load_records(demo) for demo in catalog.discover()}):
             files.append(File.generated(config, path, content=svg))
@@ -51,6 +54,13 @@ def on_page_markdown(markdown, page, config, files):
     if src_uri.startswith("topics/") and page.meta.get("difficulty"):
         tags = list(page.meta.get("tags") or [])
         page.meta["tags"] = [*tags, f"difficulty: {page.meta['difficulty']}"]
+        # the page that answers a question ranks above pages that only use its words (the glossary, ...)
+        page.meta.setdefault("search", {}).setdefault("boost", TOPIC_SEARCH_BOOST)
+
+    # not in the search index: titles by tag; answers repeated from the topic pages; the contributors'
+    # guide (read from the navigation): the index every page loads stays under its budget (tests/test_site.py)
+    if src_uri in ("tags.md", "cheat-sheet.md", "contributing.md"):
+        page.meta["search"] = {"exclude": True}
 
     def to_html(fragment: str, topic) -> str:  # a fragment of a topic page, for practice cards
         md = python_markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
@@ -66,9 +76,20 @@ def on_page_content(html, page, config, files):
     html = site_pages.first_use_tooltips(html)
     demo = render.demo_of_page(page.file.src_uri)
     if demo is None:
-        return html
+        return render.exclude_measured_from_search(html)  # the index holds what pages say, not record data
     html = render.without_remote_scripts(html)  # nbconvert's template would import mermaid from a CDN
+    # A notebook page is not indexed for search: its code is not prose, and its prose repeats the topic
+    # page that links to it, which is the page a search should find.
+    page.meta["search"] = {"exclude": True}
+    html = render.demo_page_outputs(demo, page.file.src_uri) + html  # the committed run's output, from its records
     edit_uri = config.get("edit_uri") or ""
     if edit_uri.endswith("/docs/"):  # the demo lives outside docs/, so "edit this page" must point there
         page.edit_url = edit_uri.removesuffix("docs/") + page.file.src_uri
     return render.demo_page_header(demo, page.file.src_uri) + html
+
+
+@event_priority(-100)  # after the theme's search plugin has written the index
+def on_post_build(config):
+    index = Path(config["site_dir"]) / "search" / "search_index.json"
+    if index.exists():
+        index.write_text(render.slim_search_index(index.read_text(encoding="utf-8")), encoding="utf-8")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import multiprocessing
 import os
+import re
 import threading
 
 from demos.harness import atomic
@@ -19,6 +21,8 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
 
 STYLE = {
     "figure.figsize": (7.0, 3.8),
@@ -27,34 +31,152 @@ STYLE = {
     "grid.alpha": 0.3,
     "axes.spines.top": False,
     "axes.spines.right": False,
+    "figure.facecolor": "none",
+    "axes.facecolor": "none",
+    "savefig.transparent": True,
     "svg.fonttype": "none",  # text stays text: searchable, small, no embedded glyphs
     "svg.hashsalt": "ml-systems-measured",  # stable ids, so rebuilding gives the same bytes
 }
 
 
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+DASHES = ["-", "--", "-.", ":"]
+# A projection computed from a model (datasheet figures, formulas) was not measured on the machine that
+# ran the demo: its title says what it is, and the plot does not name that machine as if it measured it.
+PROJECTED = re.compile(r"\b(projected|projection|predicted|modell?ed)\b", re.I)
+
+
+def plot_title(series: dict, device_label: str) -> str:
+    """What was measured and where: the series title with the device that measured it, or, for a
+    projection from a model, the title with "(model, not measured)" instead of a device."""
+    if PROJECTED.search(series["title"]):
+        return f"{series['title']} (model, not measured)"
+    return f"{series['title']} ({device_label}, measured)"
+
+
+def plain_number(value: float, _pos=None) -> str:
+    """A tick label on a log axis as a plain number: 1, 30, 300, 0.01, 2,000 (never 10^0 or 3x10^2)."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e6 or abs(value) < 1e-3:
+        return f"{value:.0e}".replace("e+0", "e").replace("e-0", "e-")
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def _log_axis(axis) -> None:
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(plain_number))
+    axis.set_minor_formatter(NullFormatter())
+
+
+# -- Gantt timelines ----------------------------------------------------------------------------------
+PHASES = {0.4: "forward", 0.8: "backward"}  # the stepped encoding: stage + 0 idle, +0.4 forward, +0.8 backward
+PHASE_COLOURS = {"forward": "#3f6ad8", "backward": "#e0812b", "busy": "#5b8c5a"}
+
+
+def gantt_lanes(series: dict) -> list[tuple[str, list[tuple[float, float, str, str | None]]]] | None:
+    """Bars per lane, (label, [(start, end, phase, text)]), or None when the series is not a timeline.
+
+    Two shapes are understood: ``"kind": "gantt"`` with one line per lane (or lane and phase, "stage 0
+    forward"), x = [start, end, start, end, ...] and y = the microbatch (or None) of each endpoint; and
+    a stepped line per stage as the pipeline demos draw it (y = stage + 0 idle, + 0.4 forward,
+    + 0.8 backward), whose flat runs become bars."""
+    lines = series["lines"]
+    if series.get("kind") == "gantt":
+        lanes: dict[str, list] = {}
+        for line in lines:
+            label = line["label"]
+            phase = next((p for p in ("forward", "backward") if p in label.lower()), "busy")
+            lane = re.sub(r"\s*[·:,-]?\s*(forward|backward)\s*$", "", label, flags=re.I) or label
+            xs, ys = line["x"], line["y"]
+            bars = lanes.setdefault(lane, [])
+            for i in range(0, len(xs) - 1, 2):
+                text = None if ys[i] is None else f"{ys[i]:g}"
+                bars.append((xs[i], xs[i + 1], phase, text))
+        return list(lanes.items())
+    if series.get("y_label", "").strip().lower() != "stage":
+        return None
+    out = []
+    for line in lines:
+        points = [(x, y) for x, y in zip(line["x"], line["y"]) if y is not None]
+        if len(points) < 2:
+            return None
+        base = math.floor(min(y for _, y in points) + 1e-9)
+        bars = []
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            level = round(y0 - base, 3)
+            if abs(y0 - y1) > 1e-9 or x1 <= x0:
+                continue
+            if level not in (0.0, *PHASES):
+                return None
+            if level in PHASES:
+                bars.append((x0, x1, PHASES[level], None))
+        out.append((line["label"], bars))
+    return out
+
+
+def _draw_gantt(ax, series: dict, lanes) -> None:
+    for row, (label, bars) in enumerate(lanes):
+        for phase in ("forward", "backward", "busy"):
+            spans = [(a, b - a) for a, b, p, _ in bars if p == phase]
+            if spans:
+                ax.broken_barh(spans, (row - 0.38, 0.76), facecolors=PHASE_COLOURS[phase], edgecolor="white",
+                               linewidth=0.4)
+        for a, b, _, text in bars:
+            if text is not None:
+                ax.text((a + b) / 2, row, text, ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(range(len(lanes)), [label for label, _ in lanes])
+    ax.set_ylim(len(lanes) - 0.5, -0.5)  # the first lane on top
+    ax.grid(axis="y", visible=False)
+    phases = [p for p in ("forward", "backward", "busy") if any(p == b[2] for _, bars in lanes for b in bars)]
+    ax.legend(handles=[Patch(color=PHASE_COLOURS[p], label=p) for p in phases] + [Patch(facecolor="none",
+              edgecolor="0.6", label="idle (blank)")], fontsize=8, frameon=False, ncols=3, loc="upper center",
+              bbox_to_anchor=(0.5, -0.18))
+
+
 def series_svg(series: dict, device_label: str) -> str:
-    """One series (lines plus horizontal reference lines) as an SVG document."""
+    """One series (lines plus horizontal reference lines, or a Gantt timeline) as an SVG document with
+    a transparent background (the site turns it light-on-dark in dark mode)."""
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots()
-        for line in series["lines"]:
-            points = [(x, y) for x, y in zip(line["x"], line["y"]) if y is not None]
-            if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, marker="o", markersize=4, linewidth=1.6, label=line["label"])
-        for hline in series.get("hlines", []):
-            ax.axhline(hline["y"], linestyle="--", linewidth=1.2, color="0.35", label=hline["label"])
-        if series.get("x_log"):
-            ax.set_xscale("log")
-        if series.get("y_log"):
-            ax.set_yscale("log")
-        ax.set_xlabel(series["x_label"])
-        ax.set_ylabel(series["y_label"])
-        ax.set_title(f"{series['title']} ({device_label})", fontsize=10)
-        ax.set_ylim(bottom=0 if not series.get("y_log") else None)
-        ax.legend(fontsize=8, frameon=False)
+        lanes = gantt_lanes(series)
+        if lanes:
+            _draw_gantt(ax, series, lanes)
+            ax.set_xlabel(series["x_label"])
+            title = re.sub(r":\s*low = forward.*$", "", series["title"])
+            ax.set_title(plot_title({**series, "title": title}, device_label), fontsize=10)
+        else:
+            for i, line in enumerate(series["lines"]):
+                points = [(x, y) for x, y in zip(line["x"], line["y"]) if y is not None]
+                if points:
+                    xs, ys = zip(*points)
+                    # a marker and a dash pattern per line: two series with equal values stay distinguishable
+                    ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], markersize=4 + (i % 3),
+                            linestyle=DASHES[(i // 2) % len(DASHES)], linewidth=1.6, label=line["label"],
+                            markerfacecolor="none" if i % 2 else None, alpha=0.9)
+            for hline in series.get("hlines", []):
+                ax.axhline(hline["y"], linestyle="--", linewidth=1.2, color="0.45", label=hline["label"])
+            if series.get("x_log"):
+                ax.set_xscale("log")
+                _log_axis(ax.xaxis)
+                xs = sorted({x for line in series["lines"] for x, y in zip(line["x"], line["y"])
+                             if y is not None and x > 0})
+                if 1 < len(xs) <= 8:  # few measured points: label exactly those
+                    ax.set_xticks(xs, [plain_number(x) for x in xs])
+                    ax.xaxis.set_minor_locator(NullLocator())
+            if series.get("y_log"):
+                ax.set_yscale("log")
+                _log_axis(ax.yaxis)
+            ax.set_xlabel(series["x_label"])
+            ax.set_ylabel(series["y_label"])
+            ax.set_title(plot_title(series, device_label), fontsize=10)
+            ax.set_ylim(bottom=0 if not series.get("y_log") else None)
+            ax.legend(fontsize=8, frameon=False)
         fig.tight_layout()
         buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        fig.savefig(buf, format="svg", transparent=True, metadata={"Date": None, "Creator": None})
         plt.close(fig)
     return buf.getvalue()
 

@@ -138,11 +138,50 @@ def _cell(v) -> str:
     return esc(v)
 
 
+LONG_TABLE_ROWS = 12  # a longer table is summarised (its first and last rows) with the full table folded below
+SUMMARY_HEAD, SUMMARY_TAIL = 6, 3
+WIDE_TABLE_COLUMNS = 8  # a wider table gets the compact style (smaller type, tighter cells)
+
+
+def _rows_md(columns: list, rows: list) -> str:
+    head = "| " + " | ".join(esc(c) for c in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join([head, rule, *body])
+
+
 def table_md(table: dict) -> str:
-    head = "| " + " | ".join(esc(c) for c in table["columns"]) + " |"
-    rule = "|" + "|".join("---" for _ in table["columns"]) + "|"
-    rows = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table["rows"]]
-    return f"**{esc(table['title'])}**\n\n" + "\n".join([head, rule, *rows])
+    """A record's table as Markdown: its title in bold, units kept in the headers as the demo wrote them.
+    A long table (more than LONG_TABLE_ROWS rows) shows its first and last rows with a row saying how
+    many are between, and the full table folded in a collapsible block right below it."""
+    columns, rows = table["columns"], table["rows"]
+    title = f"**{esc(table['title'])}**"
+    if len(columns) >= WIDE_TABLE_COLUMNS:
+        title += f'\n{{: .mm-wide-title data-columns="{len(columns)}" }}'
+    if len(rows) <= LONG_TABLE_ROWS:
+        return f"{title}\n\n{_rows_md(columns, rows)}"
+    hidden = len(rows) - SUMMARY_HEAD - SUMMARY_TAIL
+    gap = [f"... {hidden} more rows" if i == 0 else None for i in range(len(columns))]
+    summary = _rows_md(columns, [*rows[:SUMMARY_HEAD], gap, *rows[-SUMMARY_TAIL:]])
+    full = _indent(_rows_md(columns, rows))
+    return (f"{title}\n\n{summary}\n\n"
+            f'??? note "Full table: {esc(table["title"]).replace(chr(34), "&quot;")} ({len(rows)} rows)"\n\n{full}')
+
+
+TABLES_SHOWN, PLOTS_SHOWN = 2, 2  # per device tab; the rest of a run's tables and plots are folded below them
+
+
+def shown_and_folded(tables: list[str], plots: list[str]) -> list[str]:
+    """A device tab's tables and plots (Markdown): the first TABLES_SHOWN tables and PLOTS_SHOWN plots in
+    view, the rest in one collapsible block, so a page with many demos reads in one sitting."""
+    parts = tables[:TABLES_SHOWN] + plots[:PLOTS_SHOWN]
+    more_tables, more_plots = tables[TABLES_SHOWN:], plots[PLOTS_SHOWN:]
+    if more_tables or more_plots:
+        counts = [f"{len(more_tables)} more table{'s' * (len(more_tables) != 1)}" if more_tables else "",
+                  f"{len(more_plots)} more plot{'s' * (len(more_plots) != 1)}" if more_plots else ""]
+        title = " and ".join(c for c in counts if c) + " from this run"
+        parts.append(f'??? info "{title}"\n\n' + "\n\n".join(_indent(p) for p in more_tables + more_plots))
+    return parts
 
 
 def plot_path(demo: str, device_class: str, series_name: str) -> str:
@@ -155,11 +194,11 @@ CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page sho
 
 def device_tab(rec: Record, state: str, page_dir: str) -> str:
     parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
-    for table in rec.tables:
-        parts.append(table_md(table))
+    plots = []
     for series in rec.series:
         url = posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"]), page_dir or ".")
-        parts.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
+        plots.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
+    parts += shown_and_folded([table_md(t) for t in rec.tables], plots)
     checks = rec.checks
     failed = [c for c in checks if not c.passed]
     title = f"{len(checks) - len(failed)} of {len(checks)} correctness checks passed"
@@ -349,3 +388,168 @@ def plot_files(records_by_demo: dict[str, dict[str, Record]]) -> list[tuple[str,
                 paths.append(plot_path(demo, c, s["name"]))
                 jobs.append((s, catalog.device_label(c)))
     return list(zip(paths, cached_svgs(jobs)))
+
+
+# -- what a candidate's browser loads and finds (issue 16) --------------------------------------------
+# A measured block (the device tabs of a {{ results }} marker, an artifact from a record) is data, not
+# prose: it stays out of the search index, which then holds what the pages say, and stays small.
+_MEASURED_START = re.compile(r'<div class="tabbed-set\b|<details class="example"(?=[^>]*>\s*<summary>[^<]*from the record)')
+_OPEN_CLOSE = {"div": re.compile(r"<div\b|</div>"), "details": re.compile(r"<details\b|</details>")}
+
+
+def _element_end(html_text: str, start: int, tag: str) -> int:
+    """Where the element opened at ``start`` closes (just after its end tag), counting nested ones."""
+    depth = 0
+    for m in _OPEN_CLOSE[tag].finditer(html_text, start):
+        depth += 1 if m.group(0)[1] != "/" else -1
+        if depth == 0:
+            return m.end()
+    return len(html_text)
+
+
+def exclude_measured_from_search(html_text: str) -> str:
+    """Wrap every results tab set that carries a record (its badge) and every record artifact in a
+    <section data-search-exclude> (read by the theme's search plugin, which then removes the attribute).
+    A wrapper, not the attribute on the div itself: the plugin compares elements by tag, so an excluded
+    div would stop being excluded at the first nested </div>."""
+    out, pos = [], 0
+    for m in _MEASURED_START.finditer(html_text):
+        if m.start() < pos:
+            continue  # inside a block already wrapped
+        tag = "div" if m.group(0).startswith("<div") else "details"
+        end = _element_end(html_text, m.start(), tag)
+        if tag == "div" and "mm-badge" not in html_text[m.start():end]:
+            continue
+        out.append(html_text[pos:m.start()])
+        out.append(f'<section class="mm-measured" data-search-exclude="measured">{html_text[m.start():end]}</section>')
+        pos = end
+    html_text = "".join(out) + html_text[pos:]
+    # the Measured section's text explains the records on the page: its headings stay searchable (they
+    # name each demo), the text between them does not (the answers above it say what it found). An
+    # <aside>, not a <section>: a wrapped tab set inside is a <section>, and the plugin compares by tag.
+    measured = re.search(r'<h2 id="measured">.*?</h2>', html_text, re.S)
+    if measured:
+        end = html_text.find("<h2 ", measured.end())
+        end = len(html_text) if end < 0 else end
+        chunks = re.split(r"(<h3\b.*?</h3>)", html_text[measured.end():end], flags=re.S)
+        region = "".join(c if c.startswith("<h3") or not c.strip()
+                         else f'<aside class="mm-search-skip" data-search-exclude="measured">{c}</aside>' for c in chunks)
+        html_text = html_text[:measured.end()] + region + html_text[end:]
+    # a page's further reading is titles of papers and docs: found on the page, not by the site's search
+    reading = re.search(r'<h2 id="further-reading">.*?</h2>', html_text)
+    if reading:
+        html_text = (html_text[:reading.end()] + '<aside class="mm-search-skip" data-search-exclude="reading">'
+                     + html_text[reading.end():] + "</aside>")
+    # claim verdicts (an expression and its chips), the code link above a results block and the
+    # "not yet measured" notes are data about the page's numbers, not prose to search
+    html_text = re.sub(r'<span class="(mm-claim-expr|mm-claim )', r'<span data-search-exclude="claim" class="\1', html_text)
+    html_text = html_text.replace('<p class="mm-pending-note">', '<p data-search-exclude="note" class="mm-pending-note">')
+    return re.sub(r"<p>(The code that produced these numbers: )", r'<p data-search-exclude="link">\1', html_text)
+
+
+def table_html(table: dict) -> str:
+    """A record's table as HTML (for notebook pages, whose content is HTML already)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table["columns"])
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_plain_cell(c))}</td>" for c in row) + "</tr>"
+                   for row in table["rows"])
+    return (f'<p><strong>{html.escape(str(table["title"]))}</strong></p>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _plain_cell(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else repr(v)
+    return " ".join(str(v).split())
+
+
+def demo_page_outputs(demo: catalog.Demo, page_src_uri: str, records: dict[str, Record] | None = None) -> str:
+    """HTML under a notebook page's header: what the committed run printed, from its records (tables,
+    plots, checks, what was not run), one folded block per device, the first one open. Nothing is
+    executed at build time: the notebook below shows the code, this shows its measured output."""
+    records = catalog.load_records(demo.name) if records is None else records
+    if not records:
+        return ""
+    page_dir = posixpath.splitext(page_src_uri)[0]  # the page is served at demos/<topic>/<demo>/
+    blocks = []
+    for i, (device_class, rec) in enumerate(records.items()):
+        label = html.escape(catalog.device_label(device_class))
+        parts = [f"<p>{badge(record_state(rec, demo.digest()))} Measured on <strong>{html.escape(rec.provenance.device_name)}"
+                 f"</strong>, {html.escape(rec.provenance.utc[:10])}, size preset {html.escape(rec.size)}, "
+                 f"run took {rec.wall_time_s:.0f} s.</p>"]
+        parts += [table_html(t) for t in rec.tables]
+        for s in rec.series:
+            url = posixpath.relpath(plot_path(rec.demo, rec.device_class, s["name"]), page_dir)
+            parts.append(f'<p><img src="{html.escape(url)}" alt="{attr(s["title"])}" loading="lazy"></p>')
+        passed = sum(c.passed for c in rec.checks)
+        parts.append(f"<p>{passed} of {len(rec.checks)} correctness checks passed.</p>")
+        if rec.not_run:
+            parts.append("<p>Not run on this device: " + "; ".join(
+                f"<strong>{html.escape(v)}</strong> ({html.escape(r)})" for v, r in rec.not_run) + "</p>")
+        blocks.append(f'<details class="success mm-demo-output" data-search-exclude="record"{" open" if i == 0 else ""}>'
+                      f"<summary>Output of the committed run on {label} (from the record, not re-executed)</summary>"
+                      + "".join(parts) + "</details>")
+    return "".join(blocks)
+
+
+NOTEBOOK_REPO = "https://github.com/ml-systems-measured/ml-systems-measured"
+
+
+def downloadable_notebook(demo: catalog.Demo, source_ipynb: str) -> str:
+    """The demo as a notebook that runs in a fresh Jupyter or Colab: a Python 3 kernelspec and a first
+    cell that installs the demos and the harness as a package when they are not importable (outside a
+    clone), and chooses the size preset and the results folder; a last cell keeps a record of the run."""
+    import json
+
+    nb = json.loads(source_ipynb)
+    nb.setdefault("metadata", {})
+    nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb["metadata"]["language_info"] = {"name": "python"}
+    setup = f'''# Setup: run this cell first. Inside a clone of the repository it installs nothing.
+SIZE = "small"            # tiny (seconds) | small (CPU default) | full (fills a GPU)
+DEVICE = "auto"           # auto (CUDA when present) | cpu | cuda
+RESULTS_DIR = "results"   # where this run's record is written
+
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("demos.harness") is None:  # a fresh Jupyter or Colab: install the package
+    # --no-deps keeps the PyTorch (and NumPy, ...) the environment already has; the harness needs only
+    # torch, and the repository's requirements.txt lists the exact versions the records were made with.
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                           "ml-systems-measured @ git+{NOTEBOOK_REPO}"])
+    importlib.invalidate_caches()
+sys.argv[1:] = ["--device", DEVICE, "--size", SIZE, "--results-dir", RESULTS_DIR]  # the demo's options'''
+    record = f'''# Keep a record of this run. The harness writes one when the demo runs as a script, so when this
+# notebook's run left none, the same code runs once more as a script (at the same size and device).
+from pathlib import Path
+if not list(Path(RESULTS_DIR, "{demo.name}").glob("*.json")):
+    subprocess.check_call([sys.executable, "-m", "{demo.module}", *sys.argv[1:]])
+print("records:", sorted(str(p) for p in Path(RESULTS_DIR, "{demo.name}").glob("*.json")))'''
+    cell = lambda text: {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],  # noqa: E731
+                         "source": text}
+    nb["cells"] = [cell(setup), *nb.get("cells", []), cell(record)]
+    return json.dumps(nb, indent=1)
+
+
+QUESTION_SEARCH_BOOST = 3
+_BLOCK_TAGS = re.compile(r"\s*</?(?:p|ul|ol|li)>\s*")
+_INLINE_TAGS = re.compile(r"</?(?:code|sub|sup)>")
+
+
+def slim_search_index(index_json: str) -> str:
+    """The theme's search index, smaller and the same to search: a page's tags stay on the page's own
+    entry (not copied onto each of its sections); paragraph and list tags become spaces and inline
+    code tags go (the result list shows the words, not their formatting)."""
+    import json
+
+    index = json.loads(index_json)
+    for doc in index["docs"]:
+        if "#" in doc["location"]:
+            doc.pop("tags", None)
+        if re.match(r"topics/[^#]*#(questions|30-second-answer)$", doc["location"]):
+            # a topic's questions and short answers: the words a candidate searches for
+            doc["boost"] = QUESTION_SEARCH_BOOST * doc.get("boost", 1)
+        doc["text"] = _INLINE_TAGS.sub("", _BLOCK_TAGS.sub(" ", doc["text"])).strip()
+    return json.dumps(index, ensure_ascii=False, separators=(",", ":"))

@@ -184,3 +184,80 @@ def test_counts_render_as_whole_numbers():
     rec = make_record()
     rec["metrics"]["graphs"] = {"value": 2.0, "unit": "compiles"}
     assert "2 compiles (CPU)" in page("{{ metric kernel_fusion graphs @cpu }}", {"cpu": rec})
+
+
+def test_a_long_table_is_summarised_with_the_full_table_folded_and_units_kept():
+    """Issue 16 item 1: more than LONG_TABLE_ROWS rows show the first and last rows and a row counting
+    the rest; the full table follows in a collapsible block; headers keep their units."""
+    rec = make_record()
+    rows = [[f"v{i}", float(i)] for i in range(30)]
+    rec["tables"] = [{"name": "long", "title": "a long sweep", "columns": ["variant", "time (ms)"], "rows": rows}]
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": rec}))
+    summary, folded = html.split("<details", 1)[0], html.split("Full table: a long sweep (30 rows)", 1)
+    assert len(folded) == 2, "the full table is folded under its own summary line"
+    assert "<th>time (ms)</th>" in summary and "<td>v0</td>" in summary and "<td>v29</td>" in summary
+    assert "<td>v10</td>" not in summary and "21 more rows" in summary
+    assert all(f"<td>v{i}</td>" in folded[1] for i in range(30))
+    short = make_record()
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": short}))
+    assert "Full table" not in html and "<td>compiled</td>" in html  # a short table is shown whole
+
+
+def test_search_exclusions_wrap_measured_blocks_without_nesting_the_same_tag():
+    """The theme's search parser compares elements by tag, so an excluded <div> would be re-included
+    at its first nested </div>: measured blocks are wrapped, and the parser then skips all of them."""
+    from material.plugins.search.plugin import Parser
+
+    out = page("## Questions\n\nWhy? (easy)\n\n## Measured\n\n{{ results kernel_fusion }}\n\n### A demo\n\n"
+               "Prose about it.\n\n## Further reading\n\n- A paper.\n", {"cpu": make_record()})
+    html = render.exclude_measured_from_search(site_markdown(out))
+    parser = Parser()
+    parser.feed(html)
+    parser.close()
+    text = " ".join("".join(s.text) for s in parser.data)
+    titles = [s.id for s in parser.data]
+    assert "Why?" in text and "a-demo" in titles  # questions and the demo's heading stay searchable
+    assert "Measured on" not in text and "compiled" not in text and "Prose about it" not in text
+    assert "A paper" not in text
+
+
+def test_plot_titles_say_measured_where_and_projections_say_model():
+    from scripts.plots import plain_number, plot_title
+
+    assert plot_title({"title": "bias + GELU: effective bandwidth"}, "CPU") == "bias + GELU: effective bandwidth (CPU, measured)"
+    projected = plot_title({"title": "70B: where a projected step's time goes"}, "CPU")
+    assert "CPU" not in projected and "model, not measured" in projected
+    assert [plain_number(v) for v in (1, 30, 300, 2000, 0.01, 0.5)] == ["1", "30", "300", "2,000", "0.01", "0.5"]
+
+
+def test_a_stepped_pipeline_timeline_is_drawn_as_a_gantt_chart():
+    from scripts.plots import gantt_lanes, series_svg
+
+    series = {"name": "timeline", "title": "GPipe timeline: low = forward, high = backward, flat = idle",
+              "x_label": "time (ms)", "y_label": "stage", "lines": [
+                  {"label": "stage 0", "x": [0, 1, 1, 2, 2, 3, 3], "y": [0.4, 0.4, 0.0, 0.0, 0.8, 0.8, 0.0]},
+                  {"label": "stage 1", "x": [0, 1, 1, 2, 2, 3], "y": [1.0, 1.0, 1.4, 1.4, 1.8, 1.8]}]}
+    lanes = gantt_lanes(series)
+    assert [label for label, _ in lanes] == ["stage 0", "stage 1"]
+    assert [(a, b, p) for a, b, p, _ in lanes[0][1]] == [(0, 1, "forward"), (2, 3, "backward")]
+    assert [(a, b, p) for a, b, p, _ in lanes[1][1]] == [(1, 2, "forward"), (2, 3, "backward")]
+    svg = series_svg(series, "CPU")
+    assert "forward" in svg and "backward" in svg and ">0.4<" not in svg
+    explicit = {**series, "kind": "gantt", "y_label": "", "lines": [
+        {"label": "stage 0 forward", "x": [0, 1, 2, 3], "y": [0, 0, 1, 1]},
+        {"label": "stage 0 backward", "x": [4, 5], "y": [0, 0]}]}
+    (lane, bars), = gantt_lanes(explicit)
+    assert lane == "stage 0" and [(a, b, p, t) for a, b, p, t in bars] == [
+        (0, 1, "forward", "0"), (2, 3, "forward", "1"), (4, 5, "backward", "0")]
+
+
+def test_a_run_with_many_tables_and_plots_shows_the_first_and_folds_the_rest():
+    """Issue 16 item 1: long pages get their detail folded; nothing is dropped."""
+    rec = make_record()
+    rec["tables"] = [{"name": f"t{i}", "title": f"table {i}", "columns": ["a (ms)"], "rows": [[i]]} for i in range(4)]
+    rec["series"] = [{**make_record()["series"][0], "name": f"s{i}", "title": f"plot {i}"} for i in range(3)]
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": rec}))
+    shown, folded = html.split("2 more tables and 1 more plot from this run", 1)
+    assert "table 0" in shown and "table 1" in shown and "table 2" not in shown and "plot 1" in shown
+    assert "table 2" in folded and "table 3" in folded and "plot 2" in folded
+    assert "<details" in shown[-300:]

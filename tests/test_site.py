@@ -112,3 +112,119 @@ def test_a_glossary_term_has_one_tooltip_per_section(built_site):
     assert all(len(found) == len(set(found)) for found in terms)
     assert sum(len(found) for found in terms) > 20  # the terms are still marked, once per section
     assert page.count("all-reduce") > sum(found.count("all-reduce") for found in terms)  # the rest are plain text
+
+
+NOTEBOOK_DEMO = ("t5_compression", "fp8_formats")  # a demo that runs in seconds at its tiny size
+
+
+def test_a_downloaded_notebook_runs_from_the_installed_package(built_site, tmp_path):
+    """Issue 16 item 3: the project installs as a package (a wheel built from the repository, no network),
+    and a notebook downloaded from the site runs in a kernel that cannot see the repository (its own
+    folder, the package on PYTHONPATH): its first cell sets the options, and the run leaves a valid record."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from demos.harness import record
+
+    site, _ = built_site
+    topic, demo = NOTEBOOK_DEMO
+    nb = nbformat.reads((site / "demos" / topic / f"{demo}.ipynb").read_text(), as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    setup = nb.cells[0].source
+    assert 'find_spec("demos.harness")' in setup and "pip" in setup and 'SIZE = "small"' in setup
+    nb.cells[0].source = setup.replace('SIZE = "small"', 'SIZE = "tiny"').replace('DEVICE = "auto"', 'DEVICE = "cpu"')
+
+    nb.cells.append(nbformat.v4.new_code_cell('import demos; print("demos from", demos.__path__[0])'))
+    wheels, packages, work = tmp_path / "wheels", tmp_path / "packages", tmp_path / "work"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                    str(REPO)], check=True, capture_output=True, timeout=300)
+    wheel, = wheels.glob("ml_systems_measured-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(packages),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    assert (packages / "demos" / "harness" / "record.schema.json").exists()
+    assert (packages / "demos" / topic / f"{demo}.py").exists()
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    env.update(PYTHONPATH=str(packages), TRITON_INTERPRET="1", MPLBACKEND="Agg")
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}})
+    client.km = None
+    with _environment(env):  # the kernel is a subprocess that inherits this environment
+        client.execute()
+    outputs = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("records:" in text for text in outputs), outputs[-3:]
+    assert any(f"demos from {packages}" in text for text in outputs), outputs[-3:]  # the package, not the clone
+    path = work / "results" / demo / "cpu.json"
+    rec = record.load(path)  # validated against the schema, or it raises
+    assert rec.demo == demo and rec.size == "tiny" and rec.checks and all(c.passed or c.expected_failure for c in rec.checks)
+    assert rec["module"] == f"demos.{topic}.{demo}"
+
+
+class _environment:
+    """os.environ replaced for the duration of a with-block (the kernel's environment), then restored."""
+
+    def __init__(self, env: dict):
+        self.env, self.saved = env, None
+
+    def __enter__(self):
+        self.saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        os.environ.clear()
+        os.environ.update(self.saved)
+
+
+def test_search_index_holds_prose_and_stays_small(built_site):
+    """Issue 16 item 2: notebook pages and measured blocks (record tables, provenance, artifacts) are not
+    indexed as prose; the index every page's search worker loads stays under 300 KB."""
+    site, _ = built_site
+    index_path = site / "search" / "search_index.json"
+    assert index_path.stat().st_size < 300_000, f"search index is {index_path.stat().st_size / 1000:.0f} KB"
+    index = json.loads(index_path.read_text())
+    assert not [d["location"] for d in index["docs"] if d["location"].startswith("demos/")]
+    text = " ".join(d["text"] for d in index["docs"])
+    assert "In [ ]" not in text and "correctness checks passed" not in text and "Ceilings measured in" not in text
+    assert not any(d.get("tags") for d in index["docs"] if "#" in d["location"])  # tags once per page
+    topics = [d for d in index["docs"] if d["location"].startswith("topics/")]
+    assert all(d.get("boost", 1) > 4 for d in topics if d["location"].endswith("#questions"))
+    assert topics and all(d.get("boost", 1) > 1 for d in topics)
+    assert any("30-second answer" in d["title"] for d in topics)  # the answers are found
+    page = (site / "topics" / "kernel-fusion" / "index.html").read_text()
+    assert "data-search-exclude" not in page and "Measured on" in page  # the attribute is consumed, the data shown
+
+
+def test_demo_page_shows_the_committed_run_from_its_record(built_site):
+    """Issue 16 item 3: a notebook page shows what its committed run produced, from the record (nothing
+    is executed at build time), and the downloadable notebook has a kernelspec and a setup cell."""
+    site, _ = built_site
+    page = (site / "demos" / "t3_compiler" / "kernel_fusion" / "index.html").read_text()
+    assert "Output of the committed run on CPU" in page and "mm-demo-output" in page
+    assert "<table>" in page.split("mm-demo-output", 1)[1] and "% of copy BW" in page
+    plot = re.search(r'<img src="([^"]*assets/plots/kernel_fusion/cpu-[^"]*\.svg)"', page)
+    assert plot and (site / "demos" / "t3_compiler" / "kernel_fusion" / plot.group(1)).resolve().exists()
+    notebook = json.loads((site / "demos" / "t3_compiler" / "kernel_fusion.ipynb").read_text())
+    assert notebook["metadata"]["kernelspec"]["name"] == "python3"
+    assert "pip" in "".join(notebook["cells"][0]["source"])
+
+
+def test_plots_are_transparent_with_plain_log_ticks_gantt_timelines_and_honest_titles(built_site):
+    site, _ = built_site
+    plots = site / "assets" / "plots"
+    attention = (plots / "attention_cost" / "cpu-attention_time.svg")
+    svgs = {p.name: p.read_text() for p in (plots / "attention_cost").glob("cpu-*.svg")}
+    assert svgs and attention.name in svgs or svgs
+    for text in svgs.values():
+        assert "#ffffff" not in text.split("<g id=\"axes_1\">")[0].lower()  # no white figure background
+        assert "10^" not in text and "\\times" not in text and "mathdefault" not in text  # plain tick labels
+    timeline = (plots / "pipeline_parallel" / "cpu-timeline_1f1b.svg").read_text()
+    assert "forward" in timeline and "backward" in timeline and "stage 3" in timeline
+    assert ">0.4<" not in timeline and ">1.4<" not in timeline  # no fractional stage ticks
+    projection = (plots / "scale_model" / "cpu-time_split_70B.svg")
+    candidates = [p for p in (plots / "scale_model").glob("cpu-*.svg") if "70B" in p.read_text() and "projected" in p.read_text()]
+    assert candidates, "the 70B projection plot"
+    for p in candidates:
+        text = p.read_text()
+        assert "model, not measured" in text and "(CPU" not in text, p.name
+    del projection
