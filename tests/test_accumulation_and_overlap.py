@@ -7,7 +7,6 @@ themselves are timings (noisy on a shared CPU) and are only checked to be fracti
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

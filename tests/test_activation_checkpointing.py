@@ -4,7 +4,6 @@ and checkpointing more layers lowers the peak (every layer < every 2nd < none) w
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

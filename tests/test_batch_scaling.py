@@ -6,7 +6,6 @@ measurement with no pass/fail claim; only its bookkeeping is checked."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

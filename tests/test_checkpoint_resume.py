@@ -5,7 +5,6 @@ the RNG state is caught (the losses differ), so the equality test has teeth."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

@@ -5,7 +5,6 @@ the module whose weights were scaled, and the 100x learning rate shows a loss sp
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

@@ -5,7 +5,6 @@ like FP32 skipping the same steps; FP8 E4M3 without a per-tensor scale loses alm
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

@@ -5,7 +5,6 @@ MFU is a fraction of the same-run matmul ceiling."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
 
 

@@ -6,8 +6,8 @@ uses the real Llama-2 7B parameter count."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_demo
+
 from demos.t8_training._gpt import activation_bytes_per_layer, model_state_bytes_per_param
 
 

@@ -113,15 +113,15 @@ def profile_one_step(rank, cap_mb):
 
     step(0)
     step(1)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
-        with torch.profiler.record_function("train_step"):
-            step(2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof, \
+            torch.profiler.record_function("train_step"):
+        step(2)
     events = prof.events()
     comm_events = [e for e in events if e.name == "gloo:all_reduce"]
     comm = union([[e.time_range.start, e.time_range.end] for e in comm_events])
     comm_threads = {e.thread for e in comm_events}
-    bw = [e for e in events if e.name == "backward"][0].time_range
-    whole = [e for e in events if e.name == "train_step"][0].time_range
+    bw = next(e for e in events if e.name == "backward").time_range
+    whole = next(e for e in events if e.name == "train_step").time_range
     # backward compute: the outermost ATen ops inside backward(), off gloo's threads, ... ; a parent event
     # such as autograd's evaluate_function can contain time spent waiting, an ATen op is work
     leaves = [e for e in events if e.name.startswith("aten::") and e.thread not in comm_threads

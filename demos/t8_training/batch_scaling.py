@@ -83,7 +83,7 @@ for k in (1, 2, 4):
         lines[f"{k}x batch, {'lr x' + str(k) + ' + warm-up' if scaled else 'base lr'}"] = (
             [(i + 1) * k * B * cfg.seq for i in range(len(losses))], losses)
         run.metric(f"{name}.held_out_loss", held_out, "nats", label="after the same number of tokens")
-        rows.append([k, "x%d + warm-up" % k if scaled else "base", len(losses), held_out])
+        rows.append([k, f"x{k} + warm-up" if scaled else "base", len(losses), held_out])
 run.series("lr_scaling", "Loss vs tokens seen, SGD + momentum", "tokens seen", "loss (nats)", lines)
 run.table("lr_scaling", "Same tokens, bigger global batch: held-out loss", ["batch x", "learning rate", "steps",
           "held-out loss"], rows)

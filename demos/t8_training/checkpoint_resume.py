@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 
@@ -91,7 +92,7 @@ def job(rank, world, folder, kill_at, resume, restore_rng=True):
         if (step + 1) % EVERY == 0:
             sd = state()
             sd["step"] = torch.tensor(step + 1)
-            _, save_s = run.first_call(lambda: dcp.save(sd, checkpoint_id=folder / f"step{step + 1}"))
+            _, save_s = run.first_call(lambda sd=sd, step=step: dcp.save(sd, checkpoint_id=folder / f"step{step + 1}"))
             timings.setdefault("save_s", []).append(save_s)
             dist.barrier()
             if rank == 0:
@@ -118,14 +119,14 @@ try:
     try:
         launch(job, 2, str(crash_dir), KILL_AT, None)
         killed = False
-    except Exception as e:  # torch.multiprocessing reports the dead rank and stops the other one
+    except mp.ProcessExitedException as e:  # torch.multiprocessing reports the dead rank, stops the other
         killed = "SIGKILL" in str(e) or "signal" in str(e).lower()
         run.log(f"  the job died as planned: {str(e).splitlines()[0]}")
     run.check("rank_was_killed", killed, f"rank 1 died of SIGKILL at step {KILL_AT}; the launcher stopped the job")
     last = int((crash_dir / "LATEST").read_text())
     resumed = launch(job, 2, str(crash_dir), -1, last)
     lost = KILL_AT - last
-    run.metric("resume.from_step", last, "step")
+    run.metric("resume.from_step", last, "steps")
     run.metric("resume.steps_recomputed", lost, "steps", label="done before the crash, after the last checkpoint")
     for rank in range(2):
         want = {k: v for k, v in straight[rank]["losses"].items() if k >= last}

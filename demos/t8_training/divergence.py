@@ -112,7 +112,8 @@ for kind, (losses, norms, nonfinite) in runs.items():
     worst_layer = max(at_spike, key=at_spike.get) if at_spike else None
     rows.append([kind, len(losses), ", ".join(map(str, flagged[:5])) or None, first_norm_jump, worst_layer, nonfinite[1] if nonfinite else None,
                  nonfinite[0] if nonfinite else None])
-    run.metric(f"{kind}.first_spike_step", flagged[0] if flagged else -1, "step", label="-1: none")
+    run.metric(f"{kind}.first_spike_step", flagged[0] if flagged else -1, "steps",
+               label="steps trained before the first spike; -1: none")
     run.metric(f"{kind}.max_grad_norm", max(x for x in total if math.isfinite(x)), "norm")
     run.series(f"grad_norms_{kind}", f"Per-layer gradient norm: {kind}", "step", "gradient norm",
                {name: (list(range(len(norms))), [n[name] if math.isfinite(n[name]) else None for n in norms])

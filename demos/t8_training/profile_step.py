@@ -15,7 +15,7 @@
 # for attention, divided by step time and by the matmul ceiling measured in this same run (not a
 # datasheet peak). On a CPU the step runs on one thread (a second thread on a small model is mostly
 # synchronisation) while the harness measures the ceiling with all of the machine's threads, so a CPU
-# MFU is understated by up to the thread count; on a GPU both use the whole device.
+# MFU is a lower bound on the fraction of one thread's own peak; on a GPU both use the whole device.
 
 # %%
 import torch

@@ -26,9 +26,18 @@ import torch
 
 from demos.common import cluster_model as cm
 from demos.harness.run import start
-from demos.t8_training._gpt import (GPTConfig, SavedTensors, activation_bytes_per_layer, batch, make_gpt,
-                                    dropout_mask_bytes, model_state_bytes_per_param, parameter_count, peak_bytes,
-                                    tensor_bytes)
+from demos.t8_training._gpt import (
+    GPTConfig,
+    SavedTensors,
+    activation_bytes_per_layer,
+    batch,
+    dropout_mask_bytes,
+    make_gpt,
+    model_state_bytes_per_param,
+    parameter_count,
+    peak_bytes,
+    tensor_bytes,
+)
 
 run = start("step_memory", title="Memory of a training step: weights, gradients, Adam states, activations",
             sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=48, heads=2, layers=2), "b": 2, "seqs": [16, 32]},
@@ -68,9 +77,8 @@ def one_step(kind: str, seq: int):
     saved = SavedTensors(model)
 
     def step():
-        with saved.recording():
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=(kind == "amp_bf16")):
-                loss = model(tokens, targets)
+        with saved.recording(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=(kind == "amp_bf16")):
+            loss = model(tokens, targets)
         loss.backward()
         out["grads"] = tensor_bytes(p.grad for p in params)
         if kind == "mixed":
@@ -196,8 +204,8 @@ run.series("stacked", "BF16 model + fp32 master AdamW: memory by part (cumulativ
 # the masks: both stated, not modelled), one 4096-token sequence, BF16.
 
 # %%
-LLAMA2 = {"7B": dict(h=4096, layers=32, heads=32, kv_heads=32, ffn=11008),
-          "70B": dict(h=8192, layers=80, heads=64, kv_heads=8, ffn=28672)}
+LLAMA2 = {"7B": {"h": 4096, "layers": 32, "heads": 32, "kv_heads": 32, "ffn": 11008},
+          "70B": {"h": 8192, "layers": 80, "heads": 64, "kv_heads": 8, "ffn": 28672}}
 
 
 def llama2_params(h, layers, heads, kv_heads, ffn, vocab=32000):
@@ -242,10 +250,10 @@ run.table("projection", "Llama-2 shapes, mixed-precision AdamW, one 4096-token s
 # overlap of data-parallel traffic; "overlap": hidden behind backward where the model allows it.
 
 # %%
-LAYOUTS = {"fsdp64_selective": dict(tp=1, dp=64, microbatches=8, zero_stage=3, recompute="selective"),
-           "fsdp64_full": dict(tp=1, dp=64, microbatches=8, zero_stage=3, recompute="full"),
-           "tp8_zero1_dp8": dict(tp=8, dp=8, microbatches=64, zero_stage=1, recompute="selective"),
-           "tp8_zero3_dp8": dict(tp=8, dp=8, microbatches=64, zero_stage=3, recompute="selective")}
+LAYOUTS = {"fsdp64_selective": {"tp": 1, "dp": 64, "microbatches": 8, "zero_stage": 3, "recompute": "selective"},
+           "fsdp64_full": {"tp": 1, "dp": 64, "microbatches": 8, "zero_stage": 3, "recompute": "full"},
+           "tp8_zero1_dp8": {"tp": 8, "dp": 8, "microbatches": 64, "zero_stage": 1, "recompute": "selective"},
+           "tp8_zero3_dp8": {"tp": 8, "dp": 8, "microbatches": 64, "zero_stage": 3, "recompute": "selective"}}
 design_rows = []
 for name, layout in LAYOUTS.items():
     c = cm.Config(**cm.MODELS["70B"], seq_len=4096, **layout)
@@ -257,7 +265,7 @@ for name, layout in LAYOUTS.items():
               "tp_comm_s": exposed["tp_comm_s"], "step_exposed_s": exposed["total_s"], "step_overlap_s": hidden["total_s"],
               "mfu_exposed": exposed["mfu"], "mfu_overlap": hidden["mfu"]}
     for key, v in values.items():
-        run.metric(f"design.{name}.{key}", v, "GB" if key.endswith("gb") or key.endswith("gb_sent") else
+        run.metric(f"design.{name}.{key}", v, "GB" if key.endswith(("gb", "gb_sent")) else
                    ("fraction" if key.startswith("mfu") else "s"))
     run.metric(f"design.{name}.fits", float(mem["fits"]), "bool", label="fits in 80 GB")
     design_rows.append([name, values["memory_gb"], "yes" if mem["fits"] else "no", values["dp_gb_sent"],
