@@ -61,8 +61,8 @@ def plain_number(value: float, _pos=None) -> str:
     if abs(value) >= 1e6 or abs(value) < 1e-3:
         return f"{value:.0e}".replace("e+0", "e").replace("e-0", "e-")
     if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:g}"
+        return f"{float(f'{value:.3g}'):,.0f}"  # three significant digits, thousands separated
+    return f"{value:.3g}"
 
 
 def _log_axis(axis) -> None:

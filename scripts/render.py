@@ -134,8 +134,17 @@ def _cell(v) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):  # as the demo rounded it; thousands separated
-        return f"{v:,.0f}" if abs(v) >= 1000 else repr(v)
+        return f"{v:,.0f}" if abs(v) >= 1000 else _short_float(v)
     return esc(v)
+
+
+CELL_DIGITS = 4  # a float a demo did not round (26.308792114257812) shows this many significant digits
+
+
+def _short_float(v: float) -> str:
+    text = repr(v)
+    digits = len(re.sub(r"e.*$", "", text).replace("-", "").replace(".", "").lstrip("0"))
+    return text if digits <= CELL_DIGITS + 1 else f"{v:.{CELL_DIGITS}g}"
 
 
 LONG_TABLE_ROWS = 12  # a longer table is summarised (its first and last rows) with the full table folded below
@@ -168,6 +177,11 @@ def table_md(table: dict) -> str:
             f'??? note "Full table: {esc(table["title"]).replace(chr(34), "&quot;")} ({len(rows)} rows)"\n\n{full}')
 
 
+def is_timeline(series: dict) -> bool:
+    """A Gantt-shaped series (drawn as a timeline by scripts/plots.py)."""
+    return series.get("kind") == "gantt" or str(series.get("y_label", "")).strip().lower() == "stage"
+
+
 TABLES_SHOWN, PLOTS_SHOWN = 2, 2  # per device tab; the rest of a run's tables and plots are folded below them
 
 
@@ -195,7 +209,7 @@ CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page sho
 def device_tab(rec: Record, state: str, page_dir: str) -> str:
     parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
     plots = []
-    for series in rec.series:
+    for series in sorted(rec.series, key=lambda s: not is_timeline(s)):  # a schedule's timeline first: it is the picture
         url = posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"]), page_dir or ".")
         plots.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
     parts += shown_and_folded([table_md(t) for t in rec.tables], plots)
@@ -462,8 +476,19 @@ def _plain_cell(v) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
-        return f"{v:,.0f}" if abs(v) >= 1000 else repr(v)
+        return f"{v:,.0f}" if abs(v) >= 1000 else _short_float(v)
     return " ".join(str(v).split())
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _digest_of(demo: catalog.Demo) -> str:
+    """A demo's source digest, computed once per build (a changed file gives a new key under mkdocs serve)."""
+    key = (demo.name, demo.path.stat().st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = demo.digest()
+    return _DIGESTS[key]
 
 
 def demo_page_outputs(demo: catalog.Demo, page_src_uri: str, records: dict[str, Record] | None = None) -> str:
@@ -477,7 +502,7 @@ def demo_page_outputs(demo: catalog.Demo, page_src_uri: str, records: dict[str, 
     blocks = []
     for i, (device_class, rec) in enumerate(records.items()):
         label = html.escape(catalog.device_label(device_class))
-        parts = [f"<p>{badge(record_state(rec, demo.digest()))} Measured on <strong>{html.escape(rec.provenance.device_name)}"
+        parts = [f"<p>{badge(record_state(rec, _digest_of(demo)))} Measured on <strong>{html.escape(rec.provenance.device_name)}"
                  f"</strong>, {html.escape(rec.provenance.utc[:10])}, size preset {html.escape(rec.size)}, "
                  f"run took {rec.wall_time_s:.0f} s.</p>"]
         parts += [table_html(t) for t in rec.tables]

@@ -261,3 +261,8 @@ def test_a_run_with_many_tables_and_plots_shows_the_first_and_folds_the_rest():
     assert "table 0" in shown and "table 1" in shown and "table 2" not in shown and "plot 1" in shown
     assert "table 2" in folded and "table 3" in folded and "plot 2" in folded
     assert "<details" in shown[-300:]
+
+
+def test_table_cells_keep_a_demos_rounding_and_shorten_unrounded_floats():
+    assert [render._cell(v) for v in (1.5, 0.125, 26.308792114257812, 0.9025131581881843, 1234.5, 3, None)] == [
+        "1.5", "0.125", "26.31", "0.9025", "1,234", "3", "–"]
