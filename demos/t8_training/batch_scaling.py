@@ -128,6 +128,8 @@ def clip_worker(rank, world):
 
 if under_torchrun():
     run.not_run("clipping under FSDP", "this part forks its own 2 gloo ranks")
+elif dev.type != "cpu":
+    run.not_run("clipping under FSDP", "this part forks 2 gloo ranks on the host CPU; run it with --device cpu")
 else:
     results = launch(clip_worker, 2)
     r0 = results[0]

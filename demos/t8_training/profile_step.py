@@ -99,8 +99,8 @@ with torch.profiler.profile(activities=activities, with_flops=True) as prof:
     for _ in range(PROFILED):
         with torch.profiler.record_function("train_step"):
             step()
-        if gpu:
-            torch.cuda.synchronize()
+            if gpu:
+                torch.cuda.synchronize()  # inside the window, so the step's last kernels fall in it
 window = quietest_step(prof)
 
 # %% [markdown]
@@ -166,8 +166,8 @@ def ddp_worker(rank, world):
         for _ in range(PROFILED):
             with torch.profiler.record_function("train_step"):
                 ddp_step()
-            if gpu:
-                torch.cuda.synchronize()
+                if gpu:
+                    torch.cuda.synchronize()
     w = quietest_step(p)
     return split(p, w), w.elapsed_us()
 

@@ -43,7 +43,7 @@ run = start("step_memory", title="Memory of a training step: weights, gradients,
             sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=48, heads=2, layers=2), "b": 2, "seqs": [16, 32]},
                    "small": {"cfg": GPTConfig(vocab=1000, seq=128, width=256, heads=4, layers=4), "b": 3,
                              "seqs": [32, 64, 128]},
-                   "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=1024, heads=16, layers=8), "b": 8,
+                   "full": {"cfg": GPTConfig(vocab=32000, seq=1024, width=1024, heads=16, layers=8), "b": 5,
                             "seqs": [256, 512, 1024]}},
             cpu_threads=1)
 cfg, B = run.sizes["cfg"], run.sizes["b"]
