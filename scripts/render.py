@@ -462,12 +462,23 @@ def exclude_measured_from_search(html_text: str) -> str:
 
 
 def table_html(table: dict) -> str:
-    """A record's table as HTML (for notebook pages, whose content is HTML already)."""
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table["columns"])
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_plain_cell(c))}</td>" for c in row) + "</tr>"
-                   for row in table["rows"])
-    return (f'<p><strong>{html.escape(str(table["title"]))}</strong></p>'
-            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    """A record's table as HTML (for notebook pages, whose content is HTML already); a long table is
+    summarised like on the topic pages (first and last rows), the full table folded below it."""
+    columns, rows = table["columns"], table["rows"]
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+
+    def body(rows) -> str:
+        return "".join("<tr>" + "".join(f"<td>{html.escape(_plain_cell(c))}</td>" for c in row) + "</tr>"
+                       for row in rows)
+
+    title = f'<p><strong>{html.escape(str(table["title"]))}</strong></p>'
+    if len(rows) <= LONG_TABLE_ROWS:
+        return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{body(rows)}</tbody></table>"
+    gap = [f"... {len(rows) - SUMMARY_HEAD - SUMMARY_TAIL} more rows"] + [None] * (len(columns) - 1)
+    summary = body([*rows[:SUMMARY_HEAD], gap, *rows[-SUMMARY_TAIL:]])
+    return (f"{title}<table><thead><tr>{head}</tr></thead><tbody>{summary}</tbody></table>"
+            f'<details class="note"><summary>Full table ({len(rows)} rows)</summary>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body(rows)}</tbody></table></details>")
 
 
 def _plain_cell(v) -> str:
