@@ -563,9 +563,9 @@ from pathlib import Path
 if not list(Path(RESULTS_DIR, "{demo.name}").glob("*.json")):
     subprocess.check_call([sys.executable, "-m", "{demo.module}", *sys.argv[1:]])
 print("records:", sorted(str(p) for p in Path(RESULTS_DIR, "{demo.name}").glob("*.json")))'''
-    cell = lambda text: {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],  # noqa: E731
-                         "source": text}
-    nb["cells"] = [cell(setup), *nb.get("cells", []), cell(record)]
+    cell = lambda cell_id, text: {"cell_type": "code", "execution_count": None, "id": cell_id,  # noqa: E731
+                                  "metadata": {}, "outputs": [], "source": text}
+    nb["cells"] = [cell("mm-setup", setup), *nb.get("cells", []), cell("mm-keep-record", record)]
     return json.dumps(nb, indent=1)
 
 
