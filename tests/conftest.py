@@ -9,9 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from demos.harness.record import Record
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,29 +7,25 @@ themselves are timings (noisy on a shared CPU) and are only checked to be fracti
 from __future__ import annotations
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record, metric
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t8_training.accumulation_and_overlap", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t8_training.accumulation_and_overlap")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_accumulation_equals_big_batch(rec):
     checks = {c["name"]: c for c in rec["checks"]}
     assert checks["accumulation_equals_big_batch"]["passed"]
     assert checks["accumulation_equals_big_batch"]["max_abs_err"] < 1e-6
-    assert value(rec, "accumulation.grad_norm_ratio_without_division") == pytest.approx(4.0, rel=1e-4)
+    assert metric(rec, "accumulation.grad_norm_ratio_without_division") == pytest.approx(4.0, rel=1e-4)
 
 
 def test_buckets_and_overlap(rec):
     assert all(c["passed"] for c in rec["checks"])
-    assert value(rec, "ddp.cap0p05.buckets") > value(rec, "ddp.cap25p0.buckets") == 1
-    assert value(rec, "ddp.cap25p0.compute_after_first_all_reduce") < 0.05
-    assert value(rec, "ddp.cap0p05.compute_after_first_all_reduce") > 0.3
+    assert metric(rec, "ddp.cap0p05.buckets") > metric(rec, "ddp.cap25p0.buckets") == 1
+    assert metric(rec, "ddp.cap25p0.compute_after_first_all_reduce") < 0.05
+    assert metric(rec, "ddp.cap0p05.compute_after_first_all_reduce") > 0.3
     for cap in ("cap0p05", "cap25p0"):
-        assert 0.0 <= value(rec, f"ddp.{cap}.overlap_fraction") <= 1.0
+        assert 0.0 <= metric(rec, f"ddp.{cap}.overlap_fraction") <= 1.0

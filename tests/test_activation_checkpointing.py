@@ -3,17 +3,12 @@ and checkpointing more layers lowers the peak (every layer < every 2nd < none) w
 
 from __future__ import annotations
 
-import pytest
-from conftest import run_demo
+from conftest import demo_record, metric
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t8_training.activation_checkpointing", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t8_training.activation_checkpointing")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_gradients_identical(rec):
@@ -24,10 +19,10 @@ def test_gradients_identical(rec):
 
 
 def test_memory_falls_as_more_layers_are_checkpointed(rec):
-    assert value(rec, "every_layer.peak_mb") < value(rec, "every_2nd.peak_mb") <= value(rec, "every_4th.peak_mb")
-    assert value(rec, "every_4th.peak_mb") < value(rec, "none.peak_mb")
-    assert value(rec, "every_layer.peak_vs_none") < 0.8
+    assert metric(rec, "every_layer.peak_mb") < metric(rec, "every_2nd.peak_mb") <= metric(rec, "every_4th.peak_mb")
+    assert metric(rec, "every_4th.peak_mb") < metric(rec, "none.peak_mb")
+    assert metric(rec, "every_layer.peak_vs_none") < 0.8
 
 
 def test_recomputation_costs_time(rec):
-    assert value(rec, "every_layer.time_vs_none") > 1.0
+    assert metric(rec, "every_layer.time_vs_none") > 1.0

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t6_inference.attention_cost", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t6_inference.attention_cost")
 
 
 def test_every_variant_equals_the_float64_reference_at_every_length(tiny_record):

@@ -6,28 +6,24 @@ measurement with no pass/fail claim; only its bookkeeping is checked."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record, metric
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t8_training.batch_scaling", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t8_training.batch_scaling")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_fsdp_clip_uses_the_global_norm(rec):
-    assert value(rec, "clip.fsdp_norm") == pytest.approx(value(rec, "clip.global_norm"), rel=1e-5)
+    assert metric(rec, "clip.fsdp_norm") == pytest.approx(metric(rec, "clip.global_norm"), rel=1e-5)
     for rank in (0, 1):
-        assert value(rec, f"clip.rank{rank}.fsdp_max_err") < 1e-6
-        assert value(rec, f"clip.rank{rank}.shard_norm") < value(rec, "clip.global_norm")
-        assert value(rec, f"clip.rank{rank}.per_shard_max_err") > 1e-4
+        assert metric(rec, f"clip.rank{rank}.fsdp_max_err") < 1e-6
+        assert metric(rec, f"clip.rank{rank}.shard_norm") < metric(rec, "clip.global_norm")
+        assert metric(rec, f"clip.rank{rank}.per_shard_max_err") > 1e-4
     assert all(c["passed"] for c in rec["checks"])
 
 
 def test_lr_runs_recorded(rec):
     for name in ("k1.base_lr", "k2.base_lr", "k2.scaled_warmup", "k4.base_lr", "k4.scaled_warmup"):
-        assert value(rec, f"{name}.held_out_loss") > 0
-    assert value(rec, "base_lr") in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+        assert metric(rec, f"{name}.held_out_loss") > 0
+    assert metric(rec, "base_lr") in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t6_inference.batching", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t6_inference.batching")
 
 
 def test_littles_law_holds_for_every_simulation(tiny_record):

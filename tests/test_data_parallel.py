@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record, metric
 
 pytestmark = pytest.mark.slow
 
@@ -22,13 +22,9 @@ VARIANTS = ("ddp", "zero1", "fsdp", "fsdp_keep")
 LAYERS = 4  # the tiny size's MLP depth
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.data_parallel", tmp_path_factory.mktemp("results"))
+tiny = demo_record("demos.t7_parallelism.data_parallel")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_every_variant_equals_single_process_training(tiny):
@@ -45,30 +41,30 @@ def test_every_variant_equals_single_process_training(tiny):
 def test_memory_per_rank_matches_the_zero_formula(tiny):
     for p in WORLD_SIZES:
         for variant in VARIANTS:
-            assert value(tiny, f"{variant}.p{p}.vs_formula") == pytest.approx(1.0, abs=1e-3)
-        assert value(tiny, f"ddp.p{p}.bytes_per_param") == pytest.approx(16.0, abs=0.01)
-        assert value(tiny, f"zero1.p{p}.bytes_per_param") == pytest.approx(8 + 8 / p, abs=0.01)
-        fsdp_share = value(tiny, f"fsdp.p{p}.vs_ddp")
+            assert metric(tiny, f"{variant}.p{p}.vs_formula") == pytest.approx(1.0, abs=1e-3)
+        assert metric(tiny, f"ddp.p{p}.bytes_per_param") == pytest.approx(16.0, abs=0.01)
+        assert metric(tiny, f"zero1.p{p}.bytes_per_param") == pytest.approx(8 + 8 / p, abs=0.01)
+        fsdp_share = metric(tiny, f"fsdp.p{p}.vs_ddp")
         assert 1 / p - 1e-3 <= fsdp_share <= 1.05 / p, fsdp_share  # padding adds at most 5% here
-        zero1_optimizer, ddp_optimizer = value(tiny, f"zero1.p{p}.optimizer_mb"), value(tiny, f"ddp.p{p}.optimizer_mb")
+        zero1_optimizer, ddp_optimizer = metric(tiny, f"zero1.p{p}.optimizer_mb"), metric(tiny, f"ddp.p{p}.optimizer_mb")
         assert zero1_optimizer == pytest.approx(ddp_optimizer / p, rel=0.01)
 
 
 def test_fsdp_holds_one_gathered_layer_at_a_time_unless_told_to_keep_them(tiny):
     for p in WORLD_SIZES:
-        assert value(tiny, f"fsdp.p{p}.peak_unsharded_vs_expected") == pytest.approx(1.0, abs=1e-3)
-        assert value(tiny, f"fsdp_keep.p{p}.peak_unsharded_vs_expected") == pytest.approx(1.0, abs=1e-3)
-        assert value(tiny, f"fsdp_keep.p{p}.peak_unsharded_mb") == pytest.approx(
-            LAYERS * value(tiny, f"fsdp.p{p}.peak_unsharded_mb"), rel=1e-3)
+        assert metric(tiny, f"fsdp.p{p}.peak_unsharded_vs_expected") == pytest.approx(1.0, abs=1e-3)
+        assert metric(tiny, f"fsdp_keep.p{p}.peak_unsharded_vs_expected") == pytest.approx(1.0, abs=1e-3)
+        assert metric(tiny, f"fsdp_keep.p{p}.peak_unsharded_mb") == pytest.approx(
+            LAYERS * metric(tiny, f"fsdp.p{p}.peak_unsharded_mb"), rel=1e-3)
 
 
 def test_collective_counts(tiny):
     for p in WORLD_SIZES:
-        assert value(tiny, f"fsdp.p{p}.all_gather_calls") == 2 * LAYERS
-        assert value(tiny, f"fsdp.p{p}.reduce_scatter_calls") == LAYERS
-        assert value(tiny, f"fsdp_keep.p{p}.all_gather_calls") == LAYERS
-        assert value(tiny, f"zero1.p{p}.broadcast_calls") == 2 * LAYERS
-        assert value(tiny, f"ddp.p{p}.all_reduce_calls") >= 1
+        assert metric(tiny, f"fsdp.p{p}.all_gather_calls") == 2 * LAYERS
+        assert metric(tiny, f"fsdp.p{p}.reduce_scatter_calls") == LAYERS
+        assert metric(tiny, f"fsdp_keep.p{p}.all_gather_calls") == LAYERS
+        assert metric(tiny, f"zero1.p{p}.broadcast_calls") == 2 * LAYERS
+        assert metric(tiny, f"ddp.p{p}.all_reduce_calls") >= 1
     table = next(t for t in tiny["tables"] if t["name"] == "collectives")
     backend = {(row[0], row[1]): row[-1] for row in table["rows"]}
     assert "gloo:all_reduce x4" in backend[("fsdp", 4)]  # gloo runs each reduce-scatter as an all-reduce
@@ -77,7 +73,7 @@ def test_collective_counts(tiny):
 def test_bytes_sent_match_the_formula(tiny):
     for p in WORLD_SIZES:
         for variant in VARIANTS:
-            ratio = value(tiny, f"{variant}.p{p}.sent_vs_formula")
+            ratio = metric(tiny, f"{variant}.p{p}.sent_vs_formula")
             assert 0.999 <= ratio <= 1.10, (variant, p, ratio)
         # on gloo, FSDP's step sends twice DDP's bytes (1.5x with a true reduce-scatter)
-        assert 1.95 <= value(tiny, f"fsdp.p{p}.sent_vs_ddp") <= 2.3  # + padding and headers
+        assert 1.95 <= metric(tiny, f"fsdp.p{p}.sent_vs_ddp") <= 2.3  # + padding and headers

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 BUCKET_LABELS = ("0p25mb", "1mb", "5mb", "25mb", "100mb")  # increasing bucket_cap_mb
 
 
+tiny_record = demo_record("demos.t7_parallelism.ddp_buckets")
+
+
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_record):
     """The record, and its metrics' values by name."""
-    record = run_demo("demos.t7_parallelism.ddp_buckets", tmp_path_factory.mktemp("results"))
-    return record, {name: metric["value"] for name, metric in record["metrics"].items()}
+    return tiny_record, {name: metric["value"] for name, metric in tiny_record["metrics"].items()}
 
 
 def test_every_bucket_size_trains_like_one_process(tiny):

@@ -4,13 +4,10 @@ the module whose weights were scaled, and the 100x learning rate shows a loss sp
 
 from __future__ import annotations
 
-import pytest
-from conftest import run_demo
+from conftest import demo_record
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t8_training.divergence", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t8_training.divergence")
 
 
 def test_each_break_is_found_and_the_healthy_run_is_quiet(rec):

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t2_pipeline.dynamic_shapes", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t2_pipeline.dynamic_shapes")
 
 
 def test_recompile_counts(tiny_record):

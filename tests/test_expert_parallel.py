@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
@@ -14,9 +14,7 @@ N_TOKENS = 4 * 64  # ranks x tokens per rank at the tiny size
 N_EXPERTS = 8
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.expert_parallel", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t7_parallelism.expert_parallel")
 
 
 def metrics(record):

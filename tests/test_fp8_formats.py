@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t5_compression.fp8_formats", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t5_compression.fp8_formats")
 
 
 def test_ranges(rec):

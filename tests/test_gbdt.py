@@ -8,14 +8,12 @@ import importlib.util
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t9_foundations.gbdt", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t9_foundations.gbdt")
 
 
 def test_libraries_agree_on_accuracy(tiny_record):

@@ -7,25 +7,21 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record, metric
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t2_pipeline.graph_capture", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t2_pipeline.graph_capture")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_graph_break_counts(tiny_record):
-    assert value(tiny_record, "dynamo.with_breaks.breaks") == 3
-    assert value(tiny_record, "dynamo.with_breaks.graphs") == 4
-    assert value(tiny_record, "dynamo.fixed.breaks") == 0
-    assert value(tiny_record, "dynamo.fixed.graphs") == 1
+    assert metric(tiny_record, "dynamo.with_breaks.breaks") == 3
+    assert metric(tiny_record, "dynamo.with_breaks.graphs") == 4
+    assert metric(tiny_record, "dynamo.fixed.breaks") == 0
+    assert metric(tiny_record, "dynamo.fixed.graphs") == 1
     report = tiny_record["artifacts"]["dynamo_graph_breaks"]
     for culprit in ("print(", "amax()", "scipy.special.erf"):
         assert culprit in report, report
@@ -42,11 +38,11 @@ def test_every_stage_matches_the_reference(tiny_record):
 
 def test_graph_sizes_and_generated_code(tiny_record):
     # decomposing to core ATen turns the few high-level ops into many simpler ones
-    assert value(tiny_record, "export.core_aten_ops") > value(tiny_record, "export.ops") > 0
-    assert value(tiny_record, "aot.backward_ops") > 0 and value(tiny_record, "aot.saved_activations") > 0
-    kernels, library = value(tiny_record, "inductor.generated_kernels"), value(tiny_record, "inductor.library_calls")
-    assert 1 <= kernels < value(tiny_record, "eager.ops_launched")
-    assert kernels + library < value(tiny_record, "eager.ops_launched")  # fusion removed launches
+    assert metric(tiny_record, "export.core_aten_ops") > metric(tiny_record, "export.ops") > 0
+    assert metric(tiny_record, "aot.backward_ops") > 0 and metric(tiny_record, "aot.saved_activations") > 0
+    kernels, library = metric(tiny_record, "inductor.generated_kernels"), metric(tiny_record, "inductor.library_calls")
+    assert 1 <= kernels < metric(tiny_record, "eager.ops_launched")
+    assert kernels + library < metric(tiny_record, "eager.ops_launched")  # fusion removed launches
     assert "cpp_fused" in tiny_record["artifacts"]["inductor_kernel"]
     assert "def call(" in tiny_record["artifacts"]["inductor_wrapper_call"]
     assert "scaled_dot_product_attention" in tiny_record["artifacts"]["export_graph"]

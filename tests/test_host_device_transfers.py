@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t9_foundations.host_device_transfers", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t9_foundations.host_device_transfers")
 
 
 def test_gpu_parts_not_run_on_cpu(tiny_record):

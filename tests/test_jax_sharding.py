@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute")
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.jax_sharding", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t7_parallelism.jax_sharding")
 
 
 def collectives(record, case):

@@ -7,15 +7,13 @@ import os
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the demo must set it itself
-    return run_demo("demos.t3_compiler.kernel_fusion", tmp_path_factory.mktemp("results"), env=env)
+tiny_record = demo_record("demos.t3_compiler.kernel_fusion",  # the demo must set TRITON_INTERPRET itself
+                          env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
 
 
 def test_every_variant_matches_the_float64_reference(tiny_record):

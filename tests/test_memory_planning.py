@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t3_compiler.memory_planning", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t3_compiler.memory_planning")
 
 
 def test_correct(tiny_record):

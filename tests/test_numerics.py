@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t9_foundations.numerics", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t9_foundations.numerics")
 
 
 def test_stalls_follow_the_mantissa(tiny_record):

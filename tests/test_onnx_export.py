@@ -4,14 +4,12 @@ to PyTorch at two batch sizes, and another sequence length refused."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t2_pipeline.onnx_export", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t2_pipeline.onnx_export")
 
 
 def test_onnx_runtime_matches_pytorch_at_two_batch_sizes(tiny_record):

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 from demos.common import cluster_model
 
 PARTS = ("compute", "tp_comm", "pp_comm", "dp_exposed", "bubble")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.parallel_layouts", tmp_path_factory.mktemp("results"))
+tiny = demo_record("demos.t7_parallelism.parallel_layouts")
 
 
 def test_layouts_fastest_first_and_named_ones_consistent(tiny):

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 P, V, M = 4, 2, 4
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.pipeline_interleaved", tmp_path_factory.mktemp("results"))
+tiny = demo_record("demos.t7_parallelism.pipeline_interleaved")
 
 
 def test_interleaved_1f1b_equals_the_unsplit_model(tiny):

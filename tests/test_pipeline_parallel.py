@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
@@ -20,9 +20,7 @@ BATCH, WIDTH = 32, 128  # the demo's tiny size
 BUBBLE_MARGIN = 0.08
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.pipeline_parallel", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t7_parallelism.pipeline_parallel")
 
 
 def checks(record):

@@ -4,21 +4,16 @@ MFU is a fraction of the same-run matmul ceiling."""
 
 from __future__ import annotations
 
-import pytest
-from conftest import run_demo
+from conftest import demo_record, metric
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t8_training.profile_step", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t8_training.profile_step")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_flops_and_mfu(rec):
-    assert 0.7 < value(rec, "profiler_matmul_flops_g") / value(rec, "model_flops_g") < 1.3
+    assert 0.7 < metric(rec, "profiler_matmul_flops_g") / metric(rec, "model_flops_g") < 1.3
     mfu = rec["metrics"]["achieved_tflops"]["fraction_of_ceiling"]
     assert 0 < mfu < 1
 
@@ -29,5 +24,5 @@ def test_split_is_a_partition(rec):
         busy = sum(v for k, v in parts.items() if not k.endswith("idle_host"))
         assert parts[prefix + "idle_host"] >= 0
         assert busy <= 1.0 + 1e-6 + (parts.get(prefix + "communication", 0.0))  # comm runs on its own thread
-    assert value(rec, "ddp.split.communication") > 0
+    assert metric(rec, "ddp.split.communication") > 0
     assert rec["tables"][0]["rows"], "top ops table"

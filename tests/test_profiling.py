@@ -4,14 +4,12 @@ the top-operators table is recorded, and Nsight Compute is recorded as not run o
 from __future__ import annotations
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t10_benchmarking.profiling", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t10_benchmarking.profiling")
 
 
 def test_gradients_checked(tiny_record):

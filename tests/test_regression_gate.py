@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from conftest import REPO, run_demo
+from conftest import REPO, demo_record
 
 from demos.harness import record
 from demos.t10_benchmarking import _gate
@@ -16,9 +16,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "t10_gate_h100.json"
 POLICY = dict(drift_warn=1.25, warn_drop=0.05, block_drop=0.10)
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t10_benchmarking.regression_gate", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t10_benchmarking.regression_gate")
 
 
 @pytest.mark.slow

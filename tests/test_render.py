@@ -6,7 +6,6 @@ from html import unescape
 from html.parser import HTMLParser
 
 import markdown
-import yaml
 
 from conftest import REPO, make_record
 from scripts import render

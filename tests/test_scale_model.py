@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from conftest import REPO, run_demo, set_field
+from conftest import REPO, demo_record, set_field
 from demos.common import cluster_model
 
 pytestmark = pytest.mark.slow
@@ -296,9 +296,7 @@ def test_the_form_shows_the_model_and_refuses_bad_input(page):
 
 # -- (iii) the demo at the tiny size ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.scale_model", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t7_parallelism.scale_model")
 
 
 def test_demo_checks_passed(tiny_record):

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 DEGREES = (1, 2, 4, 8)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return run_demo("demos.t7_parallelism.shard_gemm", tmp_path_factory.mktemp("results"))
+tiny = demo_record("demos.t7_parallelism.shard_gemm")
 
 
 def test_shards_concatenate_to_the_full_product(tiny):

@@ -6,18 +6,14 @@ uses the real Llama-2 7B parameter count."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record, metric
 
 from demos.t8_training._gpt import activation_bytes_per_layer, model_state_bytes_per_param
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory):
-    return run_demo("demos.t8_training.step_memory", tmp_path_factory.mktemp("results"))
+rec = demo_record("demos.t8_training.step_memory")
 
 
-def value(rec, name):
-    return rec["metrics"][name]["value"]
 
 
 def test_every_check_passed(rec):
@@ -25,22 +21,22 @@ def test_every_check_passed(rec):
 
 
 def test_model_states_per_parameter(rec):
-    assert value(rec, "fp32.state_bytes_per_param") == pytest.approx(16.0, abs=0.05)
-    assert value(rec, "mixed.state_bytes_per_param") == pytest.approx(16.0, abs=0.05)
+    assert metric(rec, "fp32.state_bytes_per_param") == pytest.approx(16.0, abs=0.05)
+    assert metric(rec, "mixed.state_bytes_per_param") == pytest.approx(16.0, abs=0.05)
     assert sum(model_state_bytes_per_param("mixed").values()) == 16
 
 
 def test_activations_follow_the_formula(rec):
     for kind in ("fp32", "mixed"):
-        assert 1.0 <= value(rec, f"{kind}.act_vs_formula") < 1.03
-    assert value(rec, "amp_bf16.act_over_mixed") > 1.0
+        assert 1.0 <= metric(rec, f"{kind}.act_vs_formula") < 1.03
+    assert metric(rec, "amp_bf16.act_over_mixed") > 1.0
     # the formula itself: 2-byte activations and 1-byte masks give the paper's s b h (34 + 5 a s / h)
     s, b, h, a = 4096, 1, 8192, 64
     assert activation_bytes_per_layer(s, b, h, a, 2, 1) == pytest.approx(s * b * h * (34 + 5 * a * s / h))
 
 
 def test_projection(rec):
-    assert value(rec, "llama2_7B.params_b") == pytest.approx(6.738, abs=0.001)
-    assert value(rec, "llama2_70B.params_b") == pytest.approx(68.98, abs=0.01)
-    assert value(rec, "llama2_7B.states_gb") == pytest.approx(16 * 6.738, rel=1e-3)
-    assert value(rec, "llama2_70B.act_flash_gb") < value(rec, "llama2_70B.act_gb")
+    assert metric(rec, "llama2_7B.params_b") == pytest.approx(6.738, abs=0.001)
+    assert metric(rec, "llama2_70B.params_b") == pytest.approx(68.98, abs=0.01)
+    assert metric(rec, "llama2_7B.states_gb") == pytest.approx(16 * 6.738, rel=1e-3)
+    assert metric(rec, "llama2_70B.act_flash_gb") < metric(rec, "llama2_70B.act_gb")

@@ -3,33 +3,22 @@ counts, metrics and artifacts that the framework-evolution page quotes are in th
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from conftest import REPO
-from demos.harness import record
+from conftest import REPO, demo_record
 
 pytestmark = pytest.mark.slow
 
 
-def run_tiny(results_dir, demo: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", f"demos.t1_frameworks.{demo}", "--device", "cpu", "--size", "tiny",
-                           "--results-dir", str(results_dir)], cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rec = record.load(results_dir / demo / "cpu.json")
+tiny_one_model_four_ways = demo_record("demos.t1_frameworks.one_model_four_ways")
+tiny_transforms = demo_record("demos.t1_frameworks.transforms")
+tiny_state_and_randomness = demo_record("demos.t1_frameworks.state_and_randomness")
+tiny_compilation_model = demo_record("demos.t1_frameworks.compilation_model")
+
+
+def test_one_model_four_ways(tiny_one_model_four_ways):
+    rec = tiny_one_model_four_ways
     assert rec["checks"] and all(c["passed"] for c in rec["checks"])
-    return rec
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return tmp_path_factory.mktemp("results")
-
-
-def test_one_model_four_ways(results):
-    rec = run_tiny(results, "one_model_four_ways")
     checks = {c["name"]: c for c in rec["checks"]}
     metrics = rec["metrics"]
     for variant in ("numpy", "torch_eager", "torch_compile", "jax_jit"):
@@ -42,8 +31,9 @@ def test_one_model_four_ways(results):
     assert [s["name"] for s in rec["series"]] == ["loss_curves", "loss_differences"]
 
 
-def test_transforms(results):
-    rec = run_tiny(results, "transforms")
+def test_transforms(tiny_transforms):
+    rec = tiny_transforms
+    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
     metrics = rec["metrics"]
     names = {c["name"] for c in rec["checks"]}
     for variant in ("torch_loop", "torch_vmap", "jax_loop", "jax_vmap"):
@@ -53,8 +43,9 @@ def test_transforms(results):
     assert {"jax.grad_is_pure", "torch.func.grad_is_pure"} <= names
 
 
-def test_state_and_randomness(results):
-    rec = run_tiny(results, "state_and_randomness")
+def test_state_and_randomness(tiny_state_and_randomness):
+    rec = tiny_state_and_randomness
+    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
     metrics = rec["metrics"]
     assert metrics["jax.side_effect_runs"]["value"] == 2  # once per traced shape
     assert metrics["torch.side_effect_runs"]["value"] == metrics["calls"]["value"] == 6  # replayed every call
@@ -65,8 +56,9 @@ def test_state_and_randomness(results):
     assert "TypeError" in rec["artifacts"]["jax_item_assignment_error"]
 
 
-def test_compilation_model(results):
-    rec = run_tiny(results, "compilation_model")
+def test_compilation_model(tiny_compilation_model):
+    rec = tiny_compilation_model
+    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
     metrics = rec["metrics"]
     shapes = 3  # tiny: batches 4, 6, 12; padded to multiples of 8: 8, 8, 16
     assert metrics["jax_jit.compiles"]["value"] == shapes

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
@@ -19,14 +19,8 @@ WRITTEN_MARGIN = 0.02
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo(MODULE, tmp_path_factory.mktemp("results"))
-
-
-@pytest.fixture(scope="module")
-def torchrun_record(tmp_path_factory):
-    return run_demo(MODULE, tmp_path_factory.mktemp("results"), launcher=TORCHRUN)
+tiny_record = demo_record(MODULE)
+torchrun_record = demo_record(MODULE, launcher=TORCHRUN)
 
 
 def assert_ranks_equal_the_single_process_model(record, p):

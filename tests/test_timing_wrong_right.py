@@ -7,16 +7,14 @@ import threading
 import time
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record
 
 from demos.t10_benchmarking import _timers
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t10_benchmarking.timing_wrong_right", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t10_benchmarking.timing_wrong_right")
 
 
 def test_checks_and_agreement(tiny_record):

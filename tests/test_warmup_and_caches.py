@@ -4,16 +4,14 @@ reads faster back to back than flushed, and the median's spread shrinks with mor
 from __future__ import annotations
 
 import pytest
-from conftest import run_demo
+from conftest import demo_record
 
 from demos.t10_benchmarking._cpu_cache import CpuCacheFlusher
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t10_benchmarking.warmup_and_caches", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t10_benchmarking.warmup_and_caches")
 
 
 def test_first_call_is_not_steady_state(tiny_record):

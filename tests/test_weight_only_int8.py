@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_demo
+from conftest import demo_record
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
-    return run_demo("demos.t6_inference.weight_only_int8", tmp_path_factory.mktemp("results"))
+tiny_record = demo_record("demos.t6_inference.weight_only_int8")
 
 
 def test_every_int8_path_computes_the_quantized_layer(tiny_record):
