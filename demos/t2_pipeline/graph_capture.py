@@ -41,7 +41,7 @@ x = torch.randn(batch, seq, width, device=device, dtype=dtype)
 reference = reference_forward(block, x)
 
 # On a CPU, every variant runs on one thread. Inductor wraps its generated loops in OpenMP parallel
-# regions, which wait for all their threads; on a shared 2-core machine, while another process held
+# regions, which wait for all their threads; on a CPU shared with other work, while another process held
 # a core, each region stalled for a scheduler time slice and a compiled call measured tens of times
 # slower than the same call a minute later. One thread keeps eager and compiled comparable and the
 # numbers repeatable; the generated code is then a plain (vectorized) loop nest.

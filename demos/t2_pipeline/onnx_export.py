@@ -33,7 +33,7 @@ block = make_block(width, heads, "cpu", torch.float32)
 BATCHES = (1, 3)  # two batch sizes through the one symbolic axis
 
 # On a CPU both runtimes get one thread, so the latency comparison at the end is like for like. On
-# this shared 2-core machine, PyTorch's two OpenMP threads stalled whenever another process held a
+# a CPU shared with other work, PyTorch's OpenMP threads stalled whenever another process held a
 # core, and one eager block call measured tens of milliseconds instead of about one or two.
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 

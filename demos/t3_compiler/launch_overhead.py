@@ -37,7 +37,7 @@ dtype = torch.float32
 # On a CPU the demo runs on one thread. An op on a thousand elements should never be split across
 # threads: eager PyTorch's own kernels stay on one thread below their grain size, while Inductor
 # wraps its generated loop in an OpenMP parallel region whenever more than one thread is
-# available. On a shared 2-core machine that region must wait until both cores are free, and one
+# available. On a CPU shared with other work that region must wait until every thread runs, and one
 # call then took milliseconds instead of microseconds while another process held a core. With one
 # thread, Inductor emits a plain loop, and the measurement is the per-call overhead, not the
 # scheduler.

@@ -39,7 +39,7 @@ device = run.torch_device
 dtype = torch.bfloat16 if run.device.is_gpu else torch.float32
 TOLERANCE = {torch.float32: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=3e-2, atol=5e-2)}[dtype]
 
-# On a CPU the demo runs on one thread: on this shared 2-core machine, multi-threaded kernels
+# On a CPU the demo runs on one thread: on a machine shared with other work, multi-threaded kernels
 # stalled whenever another process held a core (a 0.6 ms matrix-vector product measured 16 ms),
 # and the ratios below swung with the neighbours' load. One thread measures the kernels.
 

@@ -39,7 +39,7 @@ ceiling = "matmul_bf16" if run.device.is_gpu else "matmul_fp32"  # the matmul ra
 TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}[dtype]
 
 # %% [markdown]
-# On a CPU everything below runs on **one thread**. On this shared 2-core machine, a second OpenMP
+# On a CPU everything below runs on **one thread**. On a machine shared with other work, a second OpenMP
 # thread made timings jump by whole scheduler ticks whenever other work was running (the same
 # attention call was over ten times slower in one run than in the next). The FLOP-rate yardstick is then
 # a one-thread matmul, measured here in the same run (the harness's ceilings use every thread).

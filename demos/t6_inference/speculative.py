@@ -43,7 +43,7 @@ prompt_len, n_new, draft_lengths, n_checked, n_timed = run.sizes
 # On a CPU the model runs with **one intra-op thread**: its matrices (128 wide at the CPU size) are far below the
 # size where splitting one op across threads pays, and CPU serving scales with one worker per core
 # instead. (A second thread also makes every op wait for it whenever the machine is busy with
-# other work: on this shared machine, a one-token decode step became more than ten times slower
+# other work: on the 2-core machine of the CPU record, a one-token decode step became ten times slower
 # with two threads under load.) The harness's ceilings are measured with every thread.
 
 # %%

@@ -44,7 +44,7 @@ import triton  # noqa: E402  (after start(): without a GPU, Triton runs in its i
 import triton.language as tl  # noqa: E402
 
 # %% [markdown]
-# On a CPU every measurement below uses **one thread**. On this shared 2-core machine, a second
+# On a CPU every measurement below uses **one thread**. On a machine shared with other work, a second
 # OpenMP thread made the timings snap to multiples of the scheduler's 4 ms tick whenever other work
 # was running (a 64 MiB GEMV took exactly two ticks, whatever its format). One thread gives
 # honest single-core numbers; for the memory-bound case, the yardstick is then a copy on one
