@@ -50,3 +50,15 @@ def test_digest_ignores_modules_the_demo_does_not_import(tmp_path):
     before = source_digest(demo, tmp_path)
     (tmp_path / "demos/topic/other.py").write_text("UNRELATED = 2\n")
     assert source_digest(demo, tmp_path) == before
+
+
+def test_prose_cells_and_comments_do_not_change_the_digest_but_code_does(tmp_path):
+    demo = _tree(tmp_path)
+    before = source_digest(demo, tmp_path)
+    text = demo.read_text()
+    demo.write_text("# %% [markdown]\n# # A reworded heading\n#\n# New prose.\n\n" + text + "\n# a comment\n")
+    assert source_digest(demo, tmp_path) == before  # prose and comments: still fresh
+    demo.write_text(text + "Y = 2\n")
+    assert source_digest(demo, tmp_path) != before  # a statement: stale
+    demo.write_text(text.replace("import torch", "import torch  # trailing comments are code lines"))
+    assert source_digest(demo, tmp_path) != before
