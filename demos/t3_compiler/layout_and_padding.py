@@ -154,7 +154,9 @@ run.table("gemv", f"One row times a {m - 3}x{m - 3} weight matrix ({str(dtype).r
 once, every = gemv_times["odd, weights padded once ahead"].median_s, gemv_times["odd, weights padded on every call"].median_s
 run.metric("gemv.pad_every_call_slowdown", every / once, "x",
            label="matrix-vector: weights padded on every call / padded once ahead (time ratio)")
-run.metric("gemv.padded_once_gbps", weight_bytes / once / 1e9, "GB/s", ceiling="copy_bandwidth",
-           label="matrix-vector, weights padded once: weight bytes read per second")
+# No same-run ceiling for this one: the copy ceiling counts bytes read plus written, and a read-only
+# stream (a one-row product reads the weights and writes almost nothing) can beat that rate.
+run.metric("gemv.padded_once_gbps", weight_bytes / once / 1e9, "GB/s", cache_resident=run.cache_resident(weight_bytes),
+           label="matrix-vector, weights padded once: weight bytes read per second (read-only stream)")
 
 run.save()
