@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from demos.harness import record
+from demos.harness import atomic, record
 from demos.harness.errors import OneLineParser, fail
 from demos.harness.paths import CACHE_DIR, DEMOS_DIR, DOCS_DIR, REPO_ROOT, RESULTS_DIR
 from demos.harness.provenance import COMMIT_ENV
@@ -272,9 +272,7 @@ def freshness(demo: catalog.Demo, device_class: str, results_dirs: list[Path]) -
 # -- the files handed back after every demo -----------------------------------------------------------
 
 def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic.write_bytes_via(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
 def _tar(members: list[tuple[str, Path]]) -> bytes:

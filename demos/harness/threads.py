@@ -39,10 +39,12 @@ class Limit:
     xla: str = "unchanged"
 
     def restore(self) -> None:
-        torch.set_num_threads(self.previous)
+        # threadpoolctl's own restore resets the OpenMP pool PyTorch shares, so it goes first and
+        # PyTorch's count is set last (the other order leaves PyTorch on the limited count).
         if self._blas is not None:
             self._blas.restore_original_limits()
             self._blas = None
+        torch.set_num_threads(self.previous)
 
     def as_dict(self) -> dict:
         return {"torch": self.threads, "blas": self.threads, "xla": self.xla}
@@ -55,8 +57,8 @@ def limit(threads: int) -> Limit:
     from threadpoolctl import threadpool_limits
 
     previous = torch.get_num_threads()
+    blas = threadpool_limits(threads)  # first: it records the pools' counts as they were, to restore them
     torch.set_num_threads(threads)
-    blas = threadpool_limits(threads)
     xla = "unchanged"
     if threads == 1:
         flags = os.environ.get("XLA_FLAGS", "")
