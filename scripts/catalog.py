@@ -13,7 +13,7 @@ from pathlib import Path
 from demos.harness import record
 from demos.harness.paths import DATASHEETS, DEMOS_DIR, REPO_ROOT, RESULTS_DIR
 from demos.harness import digest as digests
-from demos.harness.digest import source_digest
+from demos.harness.digest import local_sources, source_digest
 
 
 
@@ -27,7 +27,49 @@ class Demo:
     module: str  # demos.t3_compiler.kernel_fusion
 
     def digest(self) -> str:
-        return source_digest(self.path)
+        return _cached_digest(self.path)
+
+
+def _stamp(paths) -> tuple:
+    """What a cached answer about files depends on: each file's name, modification time and size."""
+    stamp = []
+    for p in paths:
+        try:
+            st = p.stat()
+        except OSError:
+            return ()
+        stamp.append((str(p), st.st_mtime_ns, st.st_size))
+    return tuple(stamp)
+
+
+_DIGESTS: dict[Path, tuple[tuple, str]] = {}
+_RECORDS: dict[Path, tuple[tuple, record.Record]] = {}
+
+
+def _cached_digest(path: Path) -> str:
+    """source_digest, computed again only when one of the files it covered changed (a site build asks for
+    each demo's digest many times; `mkdocs serve` must still see an edit at once). A new import changes
+    the importing file, so the list of covered files stays right."""
+    cached = _DIGESTS.get(path)
+    if cached is not None:
+        stamp, value = cached
+        if stamp and stamp == _stamp([Path(p) for p, _, _ in stamp]) and _stamp([path])[0] in stamp:
+            return value
+    sources = local_sources(path)
+    value = source_digest(path)
+    _DIGESTS[path] = (_stamp(sources), value)
+    return value
+
+
+def _cached_record(path: Path) -> record.Record:
+    """record.load, validated again only when the file changed."""
+    stamp = _stamp([path])
+    cached = _RECORDS.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    rec = record.load(path)
+    _RECORDS[path] = (stamp, rec)
+    return rec
 
 
 def freshness(demo: Demo, rec: dict | None) -> str:
@@ -97,6 +139,6 @@ def load_records(demo: str, results_dir: Path = RESULTS_DIR) -> dict[str, record
     """All records of one demo, keyed by device class: GPUs first (by label), CPU last.
 
     A malformed record raises record.RecordError naming its file and field."""
-    records = {p.stem: record.load(p) for p in sorted((results_dir / demo).glob("*.json"))}
+    records = {p.stem: _cached_record(p) for p in sorted((results_dir / demo).glob("*.json"))}
     order = sorted(records, key=lambda c: (not is_gpu_class(c), device_label(c)))
     return {c: records[c] for c in order}

@@ -111,7 +111,7 @@ def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dic
 # A ceiling is the better of two samples of a shared machine's best case, so a kernel's own sample can
 # beat it by noise; beyond this margin the ceiling is the wrong yardstick (a cache-resident kernel
 # against a memory ceiling, one thread against many) and the fraction means nothing.
-FRACTION_MARGIN = 1.10
+FRACTION_MARGIN = 1.25
 
 
 def vet_record(rec: record.Record, where: str) -> list[str]:
