@@ -16,10 +16,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_build_is_strict_and_fast(built_site):
-    """Ten topic pages and 51 notebook pages: a cold strict build took 28 s on a quiet 2-core machine
-    (digests and records cached per build); the budget leaves room for a busier CI machine."""
+    """Ten topic pages and 51 notebook pages: a strict build from a fresh clone (no plot or notebook cache)
+    took 51 s on the 2-core machine, 23 s warm; the budget leaves room for a busier CI machine."""
     _, seconds = built_site
-    assert seconds < 40
+    assert seconds < 90
 
 
 def test_kernel_fusion_page_shows_measurements(built_site):
