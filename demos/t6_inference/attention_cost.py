@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from demos.common.memory import peak_bytes
 from demos.harness.run import start
 
 run = start(
@@ -145,33 +146,7 @@ for name, backend in BACKENDS.items():
 
 # %%
 def peak_temporary_bytes(fn) -> int:
-    if run.device.is_gpu:
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - before
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = []
-
-    def walk(node):
-        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.total_allocated))
-        for child in node.children:
-            walk(child)
-
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root)
-    if not events:
-        return 0
-    events.sort()
-    baseline = events[0][2] - events[0][1]  # total allocated just before the first event
-    return max(total for _, _, total in events) - baseline
+    return peak_bytes(fn, run.torch_device)
 
 
 def score_matrix_bytes(n: int) -> int:

@@ -21,7 +21,8 @@ import functools
 import torch
 
 from demos.harness.run import start
-from demos.t8_training._gpt import GPTConfig, batch, make_gpt, peak_bytes
+from demos.t8_training._gpt import GPTConfig, batch, make_gpt
+from demos.common.memory import peak_bytes
 
 run = start("activation_checkpointing", title="Activation checkpointing: peak memory vs step time",
             sizes={"tiny": {"cfg": GPTConfig(vocab=128, seq=32, width=48, heads=2, layers=4), "b": 2},

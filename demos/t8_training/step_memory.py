@@ -26,6 +26,7 @@ import torch
 
 from demos.common import cluster_model as cm
 from demos.harness.run import start
+from demos.common.memory import peak_bytes
 from demos.t8_training._gpt import (
     GPTConfig,
     SavedTensors,
@@ -35,7 +36,6 @@ from demos.t8_training._gpt import (
     make_gpt,
     model_state_bytes_per_param,
     parameter_count,
-    peak_bytes,
     tensor_bytes,
 )
 

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from demos.harness.run import start
-from demos.t9_foundations._common import cache_resident
 
 run = start(
     "machine_laws",
@@ -60,7 +59,7 @@ side = 1024 if not run.device.is_gpu else 8192
 A, B = torch.randn(side, side, device=device), torch.randn(side, side, device=device)
 peak_here = 2 * side**3 / run.time(lambda: A @ B).median_s / 1e12  # the fp32 compute roof for these threads
 del A, B
-in_cache = cache_resident(run, w_bytes)
+in_cache = run.cache_resident(w_bytes)
 sweep = []
 for m in columns:
     X = torch.randn(m, K, device=device)

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from demos.harness.run import start
-from demos.t9_foundations._common import cache_resident
 
 run = start(
     "streaming_topk",
@@ -189,7 +188,7 @@ best_stream = min(t for m, t in times.items() if m.startswith("streaming"))
 run.metric("streaming_over_topk", best_stream / times["torch.topk"], "x",
            label="best streaming chunk size over torch.topk (tie rule and NaN handling included)")
 run.metric("topk.gbps", gbytes / times["torch.topk"], "GB/s", label="torch.topk input read rate", ceiling="copy_bandwidth",
-           cache_resident=cache_resident(run, timing_n * 4))
+           cache_resident=run.cache_resident(timing_n * 4))
 
 # %% [markdown]
 # ## Multi-GPU: local top-K, gather, merge
