@@ -13,11 +13,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 if TYPE_CHECKING:
     from demos.harness.record import Record
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Generated-input tests (hypothesis) are deterministic by default, so CI never fails on a case that a
+# different random draw would have missed; `HYPOTHESIS_PROFILE=explore` draws new random cases (and keeps
+# the failing ones under .cache/) when you go looking for bugs.
+settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", database=DirectoryBasedExampleDatabase(str(REPO / ".cache" / "hypothesis")),
+                          print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 # Without a GPU, Triton runs in its interpreter; Triton reads this when it is first imported.
 if not torch.cuda.is_available():

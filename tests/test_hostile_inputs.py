@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from conftest import REPO, make_record, write_record
 from demos.harness import record
@@ -184,6 +184,8 @@ def put(rec, path, value):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(FIELDS), value=JSON)
+@example(field=("artifacts",), value={"\n": None})  # a key with a newline once made a two-line problem
+@example(field=("metrics", "chain.eager.gbps"), value={"a b'\"": 1})
 def test_any_malformed_record_is_refused_by_name_or_rendered_inertly(field, value):
     rec = make_record()
     put(rec, field, value)

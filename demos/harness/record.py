@@ -15,6 +15,7 @@ A ``Record`` is the parsed JSON (a dict) with typed accessors for the parts scri
 from __future__ import annotations
 
 import json
+import re
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -49,11 +50,19 @@ def _validator():
     return Draft202012Validator(schema)
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*\Z")
+
+
 def _field(path) -> str:
     """metrics.chain.eager.gbps.value, tables[0].rows[2]: how a problem names its field."""
     text = ""
     for p in path:
-        text += f"[{p}]" if isinstance(p, int) else ("." if text else "") + str(p)
+        if isinstance(p, int):
+            text += f"[{p}]"
+        elif _PLAIN_KEY.match(str(p)):
+            text += ("." if text else "") + str(p)
+        else:  # a key with spaces, quotes or control characters is quoted, so the problem stays one line
+            text += f"[{json.dumps(str(p))}]"
     return text or "(top level)"
 
 
