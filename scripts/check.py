@@ -5,6 +5,7 @@ It fails (exit 1) on
 - a record whose measured rate exceeds its device's datasheet peak (scripts/datasheets.toml);
 - a page marker naming an unknown demo or metric, or a claim that a record contradicts;
 - a topic page (docs/topics/*.md) missing front matter or a required section;
+- a sizing problem whose stated answer is not its computation (scripts/sizing_problems.toml);
 and exits 2 on a malformed record, naming the file and the field. Stale GPU records and
 devices without a datasheet are warnings: the page shows their badge until someone re-measures.
 """
@@ -359,6 +360,27 @@ def check_typed_numbers(report: Report, docs_dir: Path) -> None:
                         "marker, or cite the published figure with a link in the same paragraph")
 
 
+def check_sizing(report: Report, docs_dir: Path, problems_file: Path | None = None) -> None:
+    """Sizing problems (scripts/sizing_problems.toml): every stated answer is its computation rounded to the
+    stated digits, every problem renders, and every {{ sizing ID }} marker of a page names a problem."""
+    from scripts import sizing
+
+    path = problems_file or sizing.PROBLEMS_FILE
+    for message in sizing.stated_problems(path):
+        report.error(f"{rel(path)}: {message}")
+    try:
+        problems = sizing.load_problems(path)
+        for problem in problems.values():
+            sizing.render_problem(problem)
+    except (ValueError, KeyError) as e:
+        report.error(f"{rel(path)}: {e}")
+        return
+    for page in sorted(docs_dir.rglob("*.md")):
+        for pid in sizing.markers_in(page.read_text(encoding="utf-8")):
+            if pid not in problems:
+                report.error(f"{rel(page)}: {{{{ sizing {pid} }}}} names no problem of {rel(path)}")
+
+
 def check_tests(report: Report, demos: dict[str, catalog.Demo]) -> None:
     """Every demo has a test that runs it (a file under tests/ that names its module)."""
     tests = "\n".join(p.read_text(encoding="utf-8") for p in sorted((REPO_ROOT / "tests").glob("test_*.py")))
@@ -396,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     claims = check_pages(report, demos, records, args.docs_dir)
     check_todos(report, demos, args.docs_dir)
     check_typed_numbers(report, args.docs_dir)
+    check_sizing(report, args.docs_dir)
     if args.docs_dir == DOCS_DIR:  # a test's scratch docs folder has no tests of its own
         check_tests(report, demos)
     check_nav(report, demos, args.docs_dir)

@@ -13,7 +13,7 @@ import re
 
 from demos.harness import digest as digests
 from demos.harness.record import Record
-from scripts import catalog
+from scripts import catalog, sizing
 from scripts.claims import MissingMetric, judge, known_device, metric_value
 from scripts.markers import Marker, substitute
 
@@ -347,6 +347,7 @@ def claim_text(marker: Marker, records: dict[str, Record]) -> str:
 def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, digests=None) -> str:
     """Replace every marker of a page. ``load(demo)`` gives records by device class; ``digests``
     maps demo -> current source digest (None: computed from the demos on disk)."""
+    markdown = sizing.expand(markdown, page_src_uri)  # {{ sizing ID }}: a worked problem, computed now
     demos = catalog.discover()
     cache: dict[str, dict] = {}
     page_dir = posixpath.dirname(page_src_uri)

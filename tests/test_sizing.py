@@ -1,0 +1,158 @@
+"""Sizing problems: the computed answers, the check that guards the stated ones, the {{ sizing }} marker."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from demos.common import cluster_model as cm
+from scripts import catalog, check, render, sizing
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return sizing.load_problems()
+
+
+def test_enough_problems_across_topics(problems):
+    assert len(problems) >= 15
+    topics = {p.topic for p in problems.values()}
+    assert len(topics) >= 5, topics
+    pages = {path.stem for path in (catalog.REPO_ROOT / "docs" / "topics").glob("*.md")}
+    assert topics <= pages  # each links to an existing topic page
+    assert {p.formula for p in problems.values()} == set(sizing.FORMULAS)  # every formula is exercised
+
+
+def test_every_stated_answer_is_its_computation_rounded(problems):
+    assert sizing.stated_problems() == []
+    for p in problems.values():
+        value, tol = sizing.computed_answer(p), sizing.stated_tolerance(p.stated)
+        assert abs(value - float(p.stated.replace(",", ""))) <= tol * (1 + 1e-9), p.id
+
+
+@pytest.mark.parametrize("stated, tol", [("21.5", 0.05), ("137", 0.5), ("1,200", 0.5), ("0.79", 0.005)])
+def test_tolerance_is_half_the_last_stated_digit(stated, tol):
+    assert math.isclose(sizing.stated_tolerance(stated), tol)
+
+
+def test_tolerance_refuses_non_numbers():
+    with pytest.raises(ValueError):
+        sizing.stated_tolerance("about 5")
+
+
+def _write_variant(tmp_path, old: str, new: str):
+    text = sizing.PROBLEMS_FILE.read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "sizing_problems.toml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("old, new", [
+    ('stated = "1.34"', 'stated = "1.35"'),  # one digit off: the rounding no longer matches
+    ('stated = "295"', 'stated = "295.0"'),  # more digits than the computation supports (295.34)
+    ('context = 4096, batch = 1, dtype_bytes = 2 }', 'context = 4096, batch = 2, dtype_bytes = 2 }'),  # input changed
+])
+def test_the_check_fails_when_a_stated_answer_and_its_computation_disagree(tmp_path, old, new):
+    path = _write_variant(tmp_path, old, new)
+    errors = sizing.stated_problems(path)
+    assert len(errors) == 1 and "stated answer" in errors[0], errors
+    report = check.Report()
+    check.check_sizing(report, tmp_path, path)
+    assert report.errors and "stated answer" in report.errors[0]
+
+
+def test_the_check_reports_an_unknown_problem_marker(tmp_path):
+    (tmp_path / "page.md").write_text("{{ sizing no_such_problem }}\n", encoding="utf-8")
+    report = check.Report()
+    check.check_sizing(report, tmp_path)
+    assert len(report.errors) == 1 and "no_such_problem" in report.errors[0]
+
+
+def test_the_check_passes_on_the_repository():
+    report = check.Report()
+    check.check_sizing(report, catalog.REPO_ROOT / "docs")
+    assert report.errors == []
+
+
+def test_the_marker_renders_a_worked_answer_folded(problems):
+    out = render.render_page("# Page\n\n{{ sizing kv_llama2_70b }}\n\n`{{ sizing kv_llama2_70b }}`\n", "sizing.md")
+    assert '??? success "Answer"' in out
+    assert "**Answer: 1.342 GB**" in out
+    assert "327,680 B" in out  # a worked step: the bytes per token
+    assert "`{{ sizing kv_llama2_70b }}`" in out  # inside code: left alone
+    with pytest.raises(ValueError, match="no problem"):
+        render.render_page("{{ sizing nope }}", "sizing.md")
+    nested = sizing.expand("{{ sizing kv_llama2_70b }}", "practice/sizing.md")
+    assert "](../topics/attention-and-serving.md)" in nested
+
+
+def test_chip_figures_come_from_the_datasheets(problems):
+    sheets = catalog.datasheets()
+    assert problems["decode_70b_8xh100"].inputs["bandwidth_gbs"] == sheets["h100"]["memory_gbps"]
+    assert problems["days_llama2_70b"].inputs["peak_tflops"] == sheets["a100"]["tflops"]["bfloat16"]
+    with pytest.raises(ValueError, match="datasheets.toml has no"):
+        sizing.resolve("datasheet:h100.no_such_field", "here")
+
+
+# -- the formulas are the demos' -----------------------------------------------------------------------
+
+def test_kv_cache_is_the_t6_demo_formula():
+    from demos.t6_inference._model import Config
+
+    rng = random.Random(0)
+    for _ in range(50):
+        heads_kv, head_dim, layers = rng.randint(1, 16), rng.choice([32, 64, 128]), rng.randint(1, 100)
+        groups, tokens, batch, nbytes = rng.randint(1, 8), rng.randint(1, 10**5), rng.randint(1, 64), rng.choice([1, 2, 4])
+        demo = Config(d_model=heads_kv * groups * head_dim, n_layers=layers, n_heads=heads_kv * groups,
+                      n_kv_heads=heads_kv, max_len=tokens)
+        got = sizing.kv_cache(layers, heads_kv, head_dim, tokens, batch, nbytes)
+        assert got["bytes"] == demo.kv_cache_bytes(batch, tokens, nbytes)
+
+
+def test_paging_rounds_up_to_whole_blocks():
+    r = sizing.kv_cache(1, 1, 1, context=17, batch=3, dtype_bytes=1, block_tokens=16)
+    assert r["allocated_bytes"] == 2 * 32 * 3 and r["waste_bytes"] == 2 * 15 * 3
+    assert sizing.kv_cache(1, 1, 1, 32, block_tokens=16)["waste_bytes"] == 0
+
+
+def test_adam_state_bytes_are_the_t8_demo_ones():
+    from demos.t8_training._gpt import model_state_bytes_per_param
+
+    for precision in sizing.PRECISIONS:
+        assert sizing.state_bytes_per_param(precision, "adam") == model_state_bytes_per_param(precision)
+    assert sizing.state_bytes_per_param("mixed", "sgd")["optimizer"] == 4  # the fp32 master weights only
+
+
+@pytest.mark.parametrize("zero, tp, pp, dp, recompute", [
+    (0, 1, 1, 1, "none"), (1, 8, 4, 16, "selective"), (2, 2, 8, 8, "full"), (3, 1, 1, 64, "selective"),
+    (3, 4, 2, 3, "none")])
+def test_training_memory_is_the_cluster_model_for_mixed_adam(zero, tp, pp, dp, recompute):
+    cfg = sizing._cm_config(layers=32, hidden=4096, heads=32, seq_len=2048, microbatches=16, tp=tp, pp=pp, dp=dp,
+                            zero_stage=zero, recompute=recompute)
+    expected = cm.memory_per_gpu(cfg)
+    got = sizing.training_memory(expected["params_total"], 32, 4096, 32, 2048, microbatches=16, zero_stage=zero,
+                                 dp=dp, tp=tp, pp=pp, recompute=recompute)
+    for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "total_bytes"):
+        assert math.isclose(got[key], expected[key], rel_tol=1e-12), key
+
+
+def test_serving_bounds():
+    r = sizing.serving(params=1e9, weight_bytes=2, gpus=2, bandwidth_gbs=1000, memory_gb=10, batch=4, context=100,
+                       layers=2, kv_heads=1, head_dim=8, kv_bytes=2)
+    kv_seq = 2 * 2 * 1 * 8 * 2 * 100
+    assert r["kv_bytes_per_sequence"] == kv_seq
+    assert math.isclose(r["step_s"], (2e9 + 4 * kv_seq) / 2e12)
+    assert r["max_batch"] == math.floor((20e9 - 2e9) / kv_seq)
+    assert sizing.serving(params=50e9, weight_bytes=2, gpus=1, bandwidth_gbs=1, memory_gb=80, batch=1, context=1,
+                          layers=1, kv_heads=1, head_dim=1)["max_batch"] == 0  # weights alone do not fit
+
+
+def test_bubble_and_all_reduce_are_the_cluster_model():
+    assert math.isclose(sizing.pipeline_bubble(8, 32)["fraction"], 7 / 39)
+    assert math.isclose(sizing.pipeline_bubble(8, 32, 4)["over_ideal"], 7 / 128)
+    link = cm.LINKS["ib_ndr400"]
+    assert sizing.all_reduce(1e9, 4, "ib_ndr400")["seconds"] == cm.collective_time(
+        "all_reduce", 1e9, 4, link.alpha_s, link.beta_s_per_byte)
