@@ -1,0 +1,87 @@
+"""Grade an exercise attempt: ``python -m exercises NAME [--solution PATH] [--device auto|cpu|cuda]``.
+
+Without NAME: the list of exercises. Without --solution: your file exercises/<NAME>/attempt.py.
+Exit code 0 when every check passes, 1 when one fails, 2 for a usage error (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from exercises import EXERCISES, folder, grader
+from exercises._grading import Grader, describe, load_solution, shown
+
+
+def fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        fail(f"python -m exercises: {message} (see --help)")
+
+
+def listing() -> str:
+    lines = ["Exercises (grade one with: python -m exercises NAME, or make exercise NAME=...):", ""]
+    for name in EXERCISES:
+        mod = grader(name)
+        lines.append(f"  {name:<26} {mod.TITLE}  [topic: {mod.TOPIC}]")
+    lines += ["", "Start: cp exercises/NAME/starter.py exercises/NAME/attempt.py, implement it, then grade it."]
+    return "\n".join(lines)
+
+
+def resolve_device(asked: str) -> str:
+    if asked == "auto":
+        asked = "cpu"
+        try:
+            import torch
+            asked = "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            pass
+    return asked
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = Parser(prog="python -m exercises", description="Grade a coding exercise locally.")
+    p.add_argument("name", nargs="?", help="the exercise (omit to list them)")
+    p.add_argument("--solution", type=Path, help="the file to grade (default: exercises/NAME/attempt.py)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where to run (auto: cuda when a GPU is present, else cpu)")
+    args = p.parse_args(argv)
+    if not args.name:
+        print(listing())
+        return 0
+    if args.name not in EXERCISES:
+        fail(f"no exercise named {args.name!r}; choose one of: {', '.join(EXERCISES)}")
+    path = args.solution or folder(args.name) / "attempt.py"
+    if not path.is_file():
+        if args.solution:
+            fail(f"no file {shown(path)}")
+        fail(f"no attempt yet at {shown(path)}: cp {shown(folder(args.name) / 'starter.py')} {shown(path)}, "
+             "implement it, and run this again (or grade another file with --solution PATH)")
+    device = resolve_device(args.device)
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported
+    import torch
+    if device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda, but this PyTorch sees no GPU (use --device cpu)")
+    mod = grader(args.name)
+    print(f"Grading {args.name} ({mod.TITLE}): {shown(path)} on {device}", flush=True)
+    g = Grader(device=device)
+    t0 = time.perf_counter()
+    try:
+        mod.grade(path, g)
+    except Exception as e:  # the attempt could not even be imported, or the grader hit something unexpected
+        g.check("load and run the solution", False, describe(e))
+    print(f"Summary ({time.perf_counter() - t0:.1f} s): {g.summary()}")
+    return 1 if g.failed or not g.rows else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""What every grader shares: loading a solution file, checks with plain-words reasons, speed ratios.
+
+A grader calls ``g.run(name, fn)``: ``fn`` returns ``(passed, why)``; an exception inside it is a FAIL
+that names the exception (NotImplementedError reads "not implemented yet").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shown(path: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def load_solution(path: Path | str) -> ModuleType:
+    """Import a solution file by path, under a name unique to that path (several load side by side)."""
+    path = Path(path).resolve()
+    name = "exercise_solution_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton's jit and dataclasses look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in plain words, with the line of the solution file it came from when there is one."""
+    if isinstance(exc, NotImplementedError):
+        return "not implemented yet (the function still raises NotImplementedError)"
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "exercises" in frame.filename and "grader" not in frame.filename and "_grading" not in frame.filename:
+            where = f" at {shown(Path(frame.filename))}:{frame.lineno}"
+            break
+    text = str(exc).strip().splitlines()
+    return f"raised {type(exc).__name__}{where}: {text[0][:200] if text else ''}"
+
+
+@dataclass
+class Row:
+    status: str  # PASS, FAIL or SKIP
+    name: str
+    why: str
+
+
+@dataclass
+class Grader:
+    device: str = "cpu"
+    rows: list[Row] = field(default_factory=list)
+    echo: bool = True
+
+    def add(self, status: str, name: str, why: str) -> None:
+        self.rows.append(Row(status, name, why))
+        if self.echo:
+            print(f"  {status}  {name}: {why}", flush=True)
+
+    def check(self, name: str, passed: bool, why: str) -> bool:
+        self.add("PASS" if passed else "FAIL", name, why)
+        return passed
+
+    def skip(self, name: str, why: str) -> None:
+        self.add("SKIP", name, why)
+
+    def run(self, name: str, fn: Callable[[], tuple[bool, str]]) -> bool:
+        try:
+            with warnings.catch_warnings():  # numpy's overflow warnings (Triton interpreter) are noise here
+                warnings.simplefilter("ignore", RuntimeWarning)
+                passed, why = fn()
+        except Exception as e:  # the attempt's bug is the grade, never a crash of the grader
+            passed, why = False, describe(e)
+        return self.check(name, bool(passed), why)
+
+    @property
+    def failed(self) -> list[Row]:
+        return [r for r in self.rows if r.status == "FAIL"]
+
+    def summary(self) -> str:
+        counts = {s: sum(r.status == s for r in self.rows) for s in ("PASS", "FAIL", "SKIP")}
+        verdict = "FAILED" if counts["FAIL"] or not counts["PASS"] else "ALL CHECKS PASSED"
+        text = f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped: {verdict}"
+        if counts["FAIL"]:
+            text += "\nFailed: " + "; ".join(r.name for r in self.failed)
+        return text
+
+
+def close(actual, expected, *, atol: float, rtol: float = 0.0, what: str = "output") -> tuple[bool, str]:
+    """Shape, dtype family and values (NaN where the expected has NaN, nowhere else) in plain words."""
+    import torch
+
+    if not isinstance(actual, torch.Tensor):
+        return False, f"{what} is a {type(actual).__name__}, expected a tensor"
+    if tuple(actual.shape) != tuple(expected.shape):
+        return False, f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    if actual.dtype != expected.dtype:
+        return False, f"{what} has dtype {actual.dtype}, expected {expected.dtype}"
+    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
+    if a.numel() == 0:
+        return True, f"{what} is empty with the right shape"
+    nan_a, nan_e = torch.isnan(a), torch.isnan(e)
+    if (nan_a & ~nan_e).any():
+        return False, f"{what} has {int((nan_a & ~nan_e).sum())} NaN where the reference has numbers"
+    if (nan_e & ~nan_a).any():
+        return False, f"{what} has numbers at {int((nan_e & ~nan_a).sum())} places where the policy says NaN"
+    ok = ~nan_e
+    a, e = a[ok], e[ok]
+    inf_mismatch = (torch.isinf(a) | torch.isinf(e)) & (a != e)
+    if inf_mismatch.any():
+        return False, f"{what} has {int(inf_mismatch.sum())} infinities that differ from the reference"
+    fin = torch.isfinite(e)
+    err = (a[fin] - e[fin]).abs()
+    bound = atol + rtol * e[fin].abs()
+    worst = float(err.max()) if err.numel() else 0.0
+    if (err > bound).any():
+        i = int(torch.argmax(err - bound))
+        return False, (f"{what} differs from the reference: max |error| {worst:.3g} "
+                       f"(at one element: {float(a[fin][i]):.6g} vs {float(e[fin][i]):.6g}; tolerance {atol:g} + {rtol:g}*|ref|)")
+    return True, f"max |error| {worst:.2g} (tolerance {atol:g} + {rtol:g}*|ref|)"
+
+
+def best_time(fn: Callable[[], object], sync: Callable[[], None], budget_s: float = 0.15) -> float:
+    """The best of a few timed calls of fn (seconds), after one warm-up; the minimum resists a busy machine."""
+    fn()
+    sync()
+    best, spent = float("inf"), 0.0
+    for _ in range(50):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        dt = time.perf_counter() - t0
+        best, spent = min(best, dt), spent + dt
+        if spent > budget_s and _ >= 2:
+            break
+    return best
+
+
+def speed_ratio(attempt: Callable[[], object], baseline: Callable[[], object], device: str,
+                rounds: int = 3) -> tuple[float, float, float]:
+    """Attempt time / baseline time, measured in the same run, interleaved over a few rounds (best of each)."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    ta, tb = float("inf"), float("inf")
+    for _ in range(rounds):
+        ta = min(ta, best_time(attempt, sync))
+        tb = min(tb, best_time(baseline, sync))
+    return ta / tb, ta, tb
+
+
+def speed_check(g: Grader, name: str, attempt, baseline, baseline_name: str, limit: float) -> bool:
+    def fn():
+        ratio, ta, tb = speed_ratio(attempt, baseline, g.device)
+        verdict = "within" if ratio <= limit else "over"
+        return ratio <= limit, (f"{ta * 1e3:.3g} ms vs {tb * 1e3:.3g} ms for {baseline_name}: {ratio:.2f}x, "
+                                f"{verdict} the {limit:g}x limit")
+    return g.run(name, fn)
