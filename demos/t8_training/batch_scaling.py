@@ -4,10 +4,10 @@
 # **Learning rate.** Adding data-parallel ranks multiplies the global batch. With SGD, Goyal et al.
 # ([Accurate, Large Minibatch SGD](https://arxiv.org/abs/1706.02677)) scale the learning rate
 # linearly with the batch and warm it up. Here the same small GPT is trained with SGD + momentum at
-# global batches of 1x, 2x and 4x a base batch (what 1, 2 and 4 data-parallel ranks give; the
-# accumulation demo checks that a bigger batch and data parallelism compute the same gradient), for
-# the same number of *tokens*, with the base learning rate kept, and with it scaled linearly plus a
-# linear warm-up.
+# global batches of 1x, 2x and 4x a base batch, on 1, 2 and 4 real data-parallel ranks (gloo, DDP),
+# for the same number of *tokens*, with the base learning rate kept, and with it scaled linearly
+# plus a linear warm-up. The 2- and 4-rank runs without adjustment are checked, step for step,
+# against one process on a 2x and 4x bigger batch.
 #
 # **Clipping.** `clip_grad_norm_` scales every gradient by max_norm / ||g|| where ||g|| is the norm
 # of the *whole* gradient. Under FSDP each rank holds a shard of every gradient; the global norm needs
@@ -24,6 +24,8 @@ try:  # the public path since torch 2.6
     from torch.distributed.fsdp import fully_shard
 except ImportError:  # older releases kept FSDP2 here
     from torch.distributed._composable.fsdp import fully_shard
+
+from torch.nn.parallel import DistributedDataParallel
 
 from demos.harness.run import start
 from demos.t7_parallelism._dist import launch, under_torchrun
@@ -42,20 +44,30 @@ dev = run.torch_device
 MAX_NORM = 0.5
 
 # %% [markdown]
-# ## Learning rate as the global batch grows
+# ## Learning rate as the global batch grows, on real data-parallel ranks
+#
+# `train(k, ...)` is one process on k x the base batch. `dp_worker` is the same training on k real
+# ranks (forked processes over gloo, DDP averaging the gradients), each on its own base-sized slice
+# of the same global batch. Without any adjustment the k-rank run must reproduce the one-process run
+# on the k-times-bigger batch, step for step: that equivalence is why adding ranks *is* growing the
+# batch, and why the learning rate then needs the same care. Each rank's loss is averaged across the
+# ranks (an all-reduce) to give the global batch's loss.
 
 # %%
-def train(k, scaled, base_lr):
-    """k x the base batch for BASE_STEPS / k steps (the same tokens); returns losses by tokens seen."""
-    model = make_gpt(cfg, seed=0, device=dev).train()
-    lr = base_lr * k if scaled else base_lr
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    steps = BASE_STEPS // k
+def lr_at(step, steps, lr, scaled):
     warmup = max(1, steps // 5) if scaled else 0
+    return lr * min(1.0, (step + 1) / warmup) if warmup else lr
+
+
+def train(k, scaled, base_lr):
+    """One process, k x the base batch for BASE_STEPS / k steps (the same tokens); losses, held-out loss."""
+    model = make_gpt(cfg, seed=0, device=dev).train()
+    lr, steps = base_lr * k if scaled else base_lr, BASE_STEPS // k
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     losses = []
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup) if warmup else lr
+            group["lr"] = lr_at(step, steps, lr, scaled)
         tokens, targets = batch(cfg, B * k, step=step, device=dev)
         loss = model(tokens, targets)
         opt.zero_grad(set_to_none=True)
@@ -67,26 +79,75 @@ def train(k, scaled, base_lr):
     return losses, held_out
 
 
+def dp_worker(rank, world, scaled, base_lr):
+    """The same training on `world` real ranks: DDP, base batch B per rank, global batch B * world."""
+    model = DistributedDataParallel(make_gpt(cfg, seed=0).train())
+    lr, steps = base_lr * world if scaled else base_lr, BASE_STEPS // world
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    mine, losses = slice(rank * B, (rank + 1) * B), []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, lr, scaled)
+        tokens, targets = batch(cfg, B * world, step=step)
+        loss = model(tokens[mine], targets[mine])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # DDP all-reduces (averages) the gradients
+        opt.step()
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        losses.append(global_loss.item() / world)
+    with torch.no_grad():
+        held_out = model.module(*batch(cfg, 4 * B, step=10**6)).item()
+    return losses, held_out
+
+
 # The base learning rate is tuned first: the best held-out loss at the base batch over a small sweep.
 sweep = {lr: train(1, False, lr)[1] for lr in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)}
 LR = min(sweep, key=sweep.get)
 run.metric("base_lr", LR, "lr", label="best of the sweep at the base batch")
 run.series("lr_sweep", "Base batch: held-out loss vs learning rate", "learning rate", "held-out loss",
            {"base batch": (list(sweep), list(sweep.values()))}, x_log=True)
+real_ranks = dev.type == "cpu" and not under_torchrun()
+if not real_ranks:
+    run.not_run("lr scaling on 2 and 4 data-parallel ranks", "needs 2 and 4 GPUs (torchrun); the CPU record forks "
+                "gloo ranks. Here the 2x and 4x runs are one process on the bigger batch")
 lines, rows = {}, []
 for k in (1, 2, 4):
     for scaled in (False, True):
         if k == 1 and scaled:
             continue
-        losses, held_out = train(k, scaled, LR)
+        one_process = train(k, scaled, LR) if not scaled or not real_ranks else None
+        if k == 1:
+            base_run = one_process
+        if real_ranks and k > 1:
+            losses, held_out = launch(dp_worker, k, scaled, LR)[0]
+            if not scaled:  # the equivalence: k ranks x B = one process x (k B), step for step
+                run.check_close(f"k{k}.ranks_equal_big_batch", torch.tensor(losses), torch.tensor(one_process[0]),
+                                rtol=1e-4, atol=1e-5, reference_name=f"one process on a {k * B}-sequence batch")
+                base_steps = base_run[0][:len(losses)]  # the wrong reference: one process at the base batch
+                run.check_wrong(f"k{k}.ranks_differ_from_base_batch",
+                                max(abs(a - b) for a, b in zip(losses, base_steps)) > 1e-3,
+                                f"{k} ranks do not match one process on the {B}-sequence base batch (largest loss "
+                                f"difference {max(abs(a - b) for a, b in zip(losses, base_steps)):.2e})")
+                run.metric(f"k{k}.ranks_vs_big_batch_max_loss_diff",
+                           max(abs(a - b) for a, b in zip(losses, one_process[0])), "nats",
+                           label=f"{k} ranks x {B} sequences vs one process x {k * B}: largest loss difference "
+                                 "over the run")
+        else:
+            losses, held_out = one_process
         name = f"k{k}.{'scaled_warmup' if scaled else 'base_lr'}"
-        lines[f"{k}x batch, {'lr x' + str(k) + ' + warm-up' if scaled else 'base lr'}"] = (
+        where = f"{k} rank{'s' if k > 1 else ''}" if real_ranks else f"{k}x batch"
+        lines[f"{where}, {'lr x' + str(k) + ' + warm-up' if scaled else 'base lr'}"] = (
             [(i + 1) * k * B * cfg.seq for i in range(len(losses))], losses)
         run.metric(f"{name}.held_out_loss", held_out, "nats", label="after the same number of tokens")
-        rows.append([k, f"x{k} + warm-up" if scaled else "base", len(losses), held_out])
-run.series("lr_scaling", "Loss vs tokens seen, SGD + momentum", "tokens seen", "loss (nats)", lines)
-run.table("lr_scaling", "Same tokens, bigger global batch: held-out loss", ["batch x", "learning rate", "steps",
-          "held-out loss"], rows)
+        run.metric(f"{name}.final_loss", sum(losses[-3:]) / len(losses[-3:]), "nats",
+                   label="training loss, mean of the last 3 steps")
+        rows.append([k if real_ranks else 1, k * B, f"x{k} + warm-up" if scaled else "base", len(losses),
+                     round(held_out, 4)])
+run.series("lr_scaling", "Loss vs tokens seen, SGD + momentum" + (", 1, 2, 4 gloo ranks" if real_ranks else ""),
+           "tokens seen", "loss (nats)", lines)
+run.table("lr_scaling", "Same tokens, bigger global batch: held-out loss", ["ranks", "global batch", "learning rate",
+          "steps", "held-out loss"], rows)
 for k in (2, 4):
     run.metric(f"k{k}.scaling_gain", run.metrics[f"k{k}.base_lr.held_out_loss"]["value"]
                - run.metrics[f"k{k}.scaled_warmup.held_out_loss"]["value"], "nats",
