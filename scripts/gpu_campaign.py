@@ -33,6 +33,7 @@ import ast
 import importlib.util
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -51,6 +52,7 @@ from scripts import catalog, regen
 
 STAGING = CACHE_DIR / "gpu-campaign"
 PREFLIGHT_LIMIT_S = 30.0
+CALL_BUDGET_S = 9 * 60  # one device call: at most 10 minutes, less the start and the transfers
 PROCESS_START_S = 10.0  # python + torch import + CUDA context + the opening and closing ceilings
 T6_MODEL_CACHE = CACHE_DIR / "models"
 
@@ -101,6 +103,60 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                         "4 prompts"),
     "weight_only_int8": (45, "an 8192x8192 linear in bf16 / INT8 dequant / INT8 Triton at 5 row counts, the model's "
                              "decode step, one CUDA-graph capture"),
+    # t5: compression (small synthetic models; the large-layer timings are single cuBLAS/Triton calls)
+    "distillation": (35, "5 seeds x 4 temperatures x 30 student epochs of a small MLP on the digits (~1k steps a "
+                         "run, launch-bound at ~0.3 ms a step ~ 6 s in all), teacher training, two timings"),
+    "fp8_formats": (15, "rounding 4M elements into e4m3/e5m2 and a scaled 8192^3 matmul (1.1 TFLOP, ~2 ms) timed"),
+    "pruning": (40, "3 seeds x 4 fine-tune epochs, 2:4 and unstructured masks; the 8192x4096 layer timed dense, "
+                    "masked and semi-structured (a cuSPARSELt setup per shape)"),
+    "ptq": (35, "3 seeds of calibrate + quantize (per-tensor, per-channel, SmoothQuant-style) of a small MLP; "
+                "the 8192-wide linear timed at 3 row counts in bf16 and INT8 (torch._int_mm)"),
+    "qat": (30, "5 seeds x 8 QAT epochs of a small MLP (fake-quant, launch-bound ~0.5 ms a step)"),
+    # t7: parallelism on ONE GPU (what needs several GPUs is recorded as not run)
+    "data_parallel": (30, "gloo on the host for the multi-rank checks (2 and 4 processes, 3 Adam steps of an "
+                          "8 x 1026 MLP) plus the single-GPU reference"),
+    "ddp_buckets": (45, "DDP over gloo with 4 bucket sizes x 10 timed steps of a 24 x 1024 MLP, process start per world"),
+    "expert_parallel": (30, "2048 tokens, 4 and 8 experts: routing, all-to-all over gloo, 10 timed repeats"),
+    "jax_sharding": (25, "JAX start + 4 jit compiles of a 1024 x 4096 FFN on a 1-device mesh (what needs several "
+                         "devices is recorded not run)"),
+    "parallel_layouts": (5, "a cost-model table: no device work"),
+    "pipeline_interleaved": (45, "3 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms"),
+    "pipeline_parallel": (60, "5 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms, GPipe and 1F1B"),
+    "scale_model": (40, "gloo all-reduce sweep on the host at 2, 4 and 8 processes (9 message sizes) to fit alpha "
+                        "and beta; the model itself is arithmetic"),
+    "shard_gemm": (15, "the 4 x 2048 x 8192 MLP's first GEMM split 1..8 ways: cuBLAS calls of ~0.1-1 ms, timed"),
+    "tensor_parallel": (40, "gloo at 2 and 4 ranks for the checked Megatron MLP; the single-GPU shard GEMMs timed"),
+    # t8: training at scale (a 8-layer, 1024-wide GPT, ~100 M parameters with the 32k embedding)
+    "accumulation_and_overlap": (45, "accumulation vs big batch (8 micro-steps), 4 DDP bucket caps x a profiled "
+                                     "step over gloo, trace parsing"),
+    "activation_checkpointing": (40, "16 layers x b8 x 1024 tokens: none / every layer / every 2nd / SAC, each a "
+                                     "few timed fwd+bwd steps (~0.1-0.2 s) and a peak-memory pass"),
+    "batch_scaling": (50, "token budget of 400 steps-equivalent at 4 batch sizes, with and without LR scaling "
+                          "(~8 x 4096-token runs of ~15 ms steps)"),
+    "checkpoint_resume": (45, "30 steps with a kill at 25 and a restart from step 20 (process start twice), "
+                              "torch.distributed.checkpoint save/load timed"),
+    "divergence": (45, "200 steps x 3 setups (stable, too-high LR, bad batch at 150) of ~15 ms plus hooks"),
+    "mixed_precision": (60, "200 steps x 4 precisions (fp32, fp16 without and with GradScaler, bf16) at 8k tokens: "
+                            "fp32 steps ~60 ms, the others ~20 ms"),
+    "profile_step": (25, "one profiled step of a 2048-wide 8-layer GPT (b8 x 1024), a few timed steps, MFU"),
+    "step_memory": (30, "memory_stats around each phase at 3 sequence lengths, fp32 and mixed precision"),
+    # t9: foundations
+    "gbdt": (60, "scikit-learn's histogram GBDT on 1M x 28 rows, 100 trees, 3 data seeds, on the host (the GPU "
+                 "machine has no CUDA xgboost: recorded not run)"),
+    "host_device_transfers": (25, "pageable vs pinned copies at 5 sizes up to 256 MiB, chunked overlap, an input "
+                                  "pipeline: 13 timings of <= 30 ms"),
+    "kmeans_search": (40, "k-means on 1M x 64 (20 iterations), exact and IVF search of 10k queries over 4M x 128 "
+                          "at 8 nprobe values"),
+    "machine_laws": (30, "a 16384^2 weight matrix at 12 column counts (GEMV to GEMM), Amdahl/Gustafson work units"),
+    "numerics": (30, "sums of up to 2^26 terms in 4 orders and precisions, 2000 small training steps"),
+    "streaming_topk": (35, "300 random streams checked, top-1000 of 2^28 elements (1 GiB) at 3 chunk sizes"),
+    # t10: benchmarking
+    "profiling": (30, "an 8192 x 4096 x 16384 MLP profiled (torch.profiler, one trace), a 64-layer tiny stack, "
+                      "one 8192^3 matmul; ncu where present on two kernels (~10 s with replay)"),
+    "regression_gate": (30, "100 A/A calibration pairs, then 2 candidates x 60 trials x k <= 100 interleaved and "
+                            "sequential pairs of a 2^26-element kernel (~0.2 ms a call on an H100): <= 50k calls"),
+    "timing_wrong_right": (25, "a 4096^3 matmul timed five wrong ways and the right way, 3 compiles"),
+    "warmup_and_caches": (45, "5 working sets for the cache sweep, 2000 repeats for the spread study, 7 compiles"),
 }
 T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k tokens = 2e16 FLOPs at ~300 TFLOP/s "
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
@@ -240,7 +296,11 @@ def last_gpu_wall_time(demo: str, device_class: str, results_dirs: list[Path]) -
                     continue
                 if rec.get("fixture") or rec.get("provenance", {}).get("fixture"):
                     continue
-                return float(rec["wall_time_s"]), f"record {path.stem}.json"
+                parts = rec.get("wall_time_parts") or {}
+                startup = parts.get("startup_s", PROCESS_START_S)
+                split = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.0f} s" for k, v in parts.items() if k != "startup_s")
+                return (float(rec["wall_time_s"]) + startup - PROCESS_START_S,
+                        f"record {path.stem}.json" + (f": {split}" if split else ""))
     return None
 
 
@@ -248,7 +308,7 @@ def estimate(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[fl
     measured = last_gpu_wall_time(demo, device_class, results_dirs) if device_class != "cpu" else None
     if measured:
         seconds, source = measured
-        return seconds + PROCESS_START_S, f"{source} wall time + {PROCESS_START_S:.0f} s start"
+        return seconds + PROCESS_START_S, f"{source} (wall time and start)"
     seconds, why = ESTIMATES_S.get(demo, DEFAULT_ESTIMATE_S)
     total, source = seconds + PROCESS_START_S, "table"
     if demo in T6_DEMOS_WITH_TRAINING and not any(T6_MODEL_CACHE.glob("full-*.pt")):
@@ -342,19 +402,31 @@ def resolve_commit(asked: str | None) -> str | None:
         return None
 
 
-def estimates_table() -> str:
-    """The table of estimates as Markdown, with the total: `python -m scripts.gpu_campaign --estimates`."""
-    demos = catalog.discover()
-    lines = ["| demo | estimated GPU s (incl. start) | from |", "|---|---|---|"]
-    total = 0.0
-    for name in demos:
-        seconds, how = ESTIMATES_S.get(name, DEFAULT_ESTIMATE_S)
+def estimates_table(device_class: str = "h100", results_dirs: list[Path] | None = None) -> str:
+    """The campaign's GPU time per demo as Markdown, conclusion first: each demo's measured wall time where
+    a record for a GPU class exists (the class asked for first), else the estimate in ESTIMATES_S; process
+    start added to each. `python -m scripts.gpu_campaign --estimates`; also on the contributing page."""
+    results_dirs = results_dirs or [RESULTS_DIR]
+    rows, total, measured = [], 0.0, 0
+    for name in catalog.discover():
+        found = last_gpu_wall_time(name, device_class, results_dirs)
+        if found:
+            seconds, how = found[0], f"measured ({found[1]})"
+            measured += 1
+        else:
+            seconds, how = ESTIMATES_S.get(name, DEFAULT_ESTIMATE_S)
+            how = f"estimated: {how}"
         total += seconds + PROCESS_START_S
-        lines.append(f"| {name} | {seconds + PROCESS_START_S:.0f} | {how} |")
-    total += T6_TRAINING_S[0]
-    lines.append(f"| (T6 model training, once per machine) | {T6_TRAINING_S[0]:.0f} | {T6_TRAINING_S[1]} |")
-    lines.append(f"| **total** | **{total:.0f} s = {total / 60:.1f} min** | |")
-    return "\n".join(lines)
+        rows.append(f"| {name} | {seconds + PROCESS_START_S:.0f} | {how} |")
+    if measured < len(rows):  # the T6 model is trained by the first T6 demo that has no GPU record yet
+        total += T6_TRAINING_S[0]
+        rows.append(f"| (T6 model training, once per machine) | {T6_TRAINING_S[0]:.0f} | estimated: {T6_TRAINING_S[1]} |")
+    windows = math.ceil(total / (CALL_BUDGET_S)) if total else 0
+    lead = (f"**The whole GPU campaign: {total / 60:.1f} min of GPU time on one {device_class} "
+            f"({measured} of {len(catalog.discover())} demos measured, the rest estimated), about {windows} "
+            f"call(s) of {CALL_BUDGET_S / 60:.0f} min.** Each demo's time includes {PROCESS_START_S:.0f} s of "
+            "process start and ceilings; a measured time replaces the estimate as soon as a GPU record exists.")
+    return "\n".join([lead, "", "| demo | GPU s (incl. start) | from |", "|---|---|---|", *rows])
 
 
 def main(argv: list[str] | None = None) -> int:

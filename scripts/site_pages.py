@@ -364,6 +364,10 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
             return glossary_table(docs)
         if name == "measurement-status":
             return measurement_status()
+        if name == "gpu-budget":
+            from scripts import gpu_campaign
+
+            return gpu_campaign.estimates_table()
         if name == "practice-cards":
             return cards_script(practice_cards(to_html, url_dir, docs))
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")

@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 from demos.harness.paths import REPO_ROOT
 
@@ -45,6 +46,18 @@ def git_state() -> dict:
         return {"commit": os.environ.get(COMMIT_ENV) or None, "dirty": None, "commit_from": "environment"}
     status = _git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
     return {"commit": commit, "dirty": None if status is None else bool(status), "commit_from": "git"}
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), so a record can say how long the interpreter
+    and the imports took before the demo's first line of work; None where /proc is not there."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the command name
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cpu_model() -> str:

@@ -13,6 +13,7 @@ leaves the previous record untouched.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -55,6 +56,8 @@ class Run:
     def __init__(self, demo: str, title: str, sizes: dict, demo_file: Path | None, argv=None,
                  cpu_threads: int | None = None):
         self.started = time.perf_counter()
+        self.startup_s = provenance.process_age_s()  # interpreter start and imports, before start() ran
+        self.spent = {"ceilings_s": 0.0, "first_calls_s": 0.0, "timed_s": 0.0}
         self.demo, self.title, self.demo_file = demo, title, demo_file
         self.options = parse_options(demo, argv)
         _jax_takes_memory_as_needed()
@@ -77,7 +80,8 @@ class Run:
         self.log(f"{demo}: device {self.device.kind} ({self.device.name}, class {self.device.device_class}), "
                  f"size {self.size}, torch {torch.__version__}, {threads.count()} threads")
         self.log("measuring this machine's ceilings (copy bandwidth, fp32 and bf16 matmul) ...")
-        self.ceilings = ceilings.measure_ceilings(self.device, self.size, self.settings)
+        with self._spending("ceilings_s"):
+            self.ceilings = ceilings.measure_ceilings(self.device, self.size, self.settings)
         for name, c in self.ceilings.items():
             self.log(f"  ceiling {name}: {c['value']:.3g} {c['unit']}  ({c['how']})")
         # The thread policy (demos/harness/threads.py): applied after the opening ceilings, which use
@@ -89,6 +93,22 @@ class Run:
             self.log(f"this demo runs on {cpu_threads} CPU thread(s) (PyTorch, BLAS, XLA: "
                      f"{self.thread_limit.xla}); the ceilings use all {self.machine_threads}")
         self.timing_threads: set[int] = set()
+
+    @contextlib.contextmanager
+    def _spending(self, part: str):
+        """Add the time spent inside the block to one part of the run's wall time (wall_time_parts)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[part] += time.perf_counter() - t0
+
+    def wall_time_parts(self, wall_s: float) -> dict:
+        parts = {k: round(v, 3) for k, v in self.spent.items()}
+        parts["other_s"] = round(max(wall_s - sum(self.spent.values()), 0.0), 3)
+        if self.startup_s is not None:
+            parts["startup_s"] = round(self.startup_s, 3)
+        return parts
 
     # -- helpers a demo uses ------------------------------------------------------------------
     @staticmethod
@@ -122,17 +142,19 @@ class Run:
         launches); without it that overhead shows whenever it exceeds the kernel's time."""
         settings = self.settings if flush is None else dataclasses.replace(self.settings, flush_l2=flush)
         self.timing_threads.add(threads.count())
-        return measure(fn, self.device, settings)
+        with self._spending("timed_s"):
+            return measure(fn, self.device, settings)
 
     def first_call(self, fn):
         """Call fn() once, synchronised: (its output, seconds). For a torch.compile'd function on a new
         shape this is trace + compile + one run, which is why it is reported apart from steady state."""
         self.timing_threads.add(threads.count())
-        self.device.sync()
-        t0 = time.perf_counter()
-        out = fn()
-        self.device.sync()
-        return out, time.perf_counter() - t0
+        with self._spending("first_calls_s"):
+            self.device.sync()
+            t0 = time.perf_counter()
+            out = fn()
+            self.device.sync()
+            return out, time.perf_counter() - t0
 
     def check(self, name: str, passed: bool, detail: str) -> None:
         """Record a correctness check; raise if it failed (so nothing gets saved)."""
@@ -233,7 +255,8 @@ class Run:
             "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes),
                          "host_allocator": self.host_allocator, "cpu_threads": self.thread_policy()},
             "provenance": provenance.collect(self.device, torch, self.timed_with_threads()),
-            "wall_time_s": time.perf_counter() - self.started,
+            "wall_time_s": (wall := time.perf_counter() - self.started),
+            "wall_time_parts": self.wall_time_parts(wall),
         }
 
     def timed_with_threads(self) -> int:
@@ -257,8 +280,9 @@ class Run:
             self.thread_limit.restore()
         if "samples" not in next(iter(self.ceilings.values())):
             self.log("measuring the ceilings again, at the end of the run ...")
-            self.ceilings = ceilings.combine(self.ceilings,
-                                             ceilings.measure_ceilings(self.device, self.size, self.settings))
+            with self._spending("ceilings_s"):
+                closing = ceilings.measure_ceilings(self.device, self.size, self.settings)
+            self.ceilings = ceilings.combine(self.ceilings, closing)
             for name, c in self.ceilings.items():
                 self.log(f"  ceiling {name}: {c['value']:.3g} {c['unit']} (samples {c['samples'][0]:.3g}, "
                          f"{c['samples'][1]:.3g})")
