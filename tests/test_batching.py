@@ -17,7 +17,7 @@ tiny_record = demo_record("demos.t6_inference.batching")
 
 def test_littles_law_holds_for_every_simulation(tiny_record):
     little = [c for c in tiny_record["checks"] if c["name"].startswith("littles_law.")]
-    assert len(little) == 2 * 6 and all(c["passed"] for c in little)
+    assert len(little) == 5 * 6 and all(c["passed"] for c in little)  # 5 policies x 6 loads
     assert tiny_record["metrics"]["littles_law.max_rel_error"]["value"] < 0.01
 
 
@@ -28,11 +28,29 @@ def test_every_check_passed_and_low_load_latency_is_the_service_time(tiny_record
 
 def test_percentiles_are_ordered(tiny_record):
     m = tiny_record["metrics"]
-    for policy in ("static", "continuous"):
-        for load in (50, 85):
+    for policy in ("static", "continuous", "dynamic_t10", "dynamic_t50", "dynamic_t200"):
+        for load in (30, 50, 85):
             assert m[f"{policy}.load{load}.p50_ms"]["value"] <= m[f"{policy}.load{load}.p99_ms"]["value"]
+            assert m[f"{policy}.load{load}.tpot_p50_ms"]["value"] <= m[f"{policy}.load{load}.tpot_p99_ms"]["value"]
     rows = next(t for t in tiny_record["tables"] if t["name"] == "simulation")["rows"]
-    for row in rows:  # p50 <= p95 <= p99, TTFT p50 <= p99, TTFT p50 <= latency p50
-        p50, p95, p99, ttft50, ttft99 = row[4:9]
-        assert p50 <= p95 <= p99 and ttft50 <= ttft99 and ttft50 <= p50
-    assert [s["name"] for s in tiny_record["series"]] == ["latency_throughput", "ttft"]
+    for row in rows:  # p50 <= p95 <= p99, TTFT p50 <= p99, TTFT p50 <= latency p50, TPOT p50 <= p99
+        p50, p95, p99, ttft50, ttft99, tpot50, tpot99 = row[4:11]
+        assert p50 <= p95 <= p99 and ttft50 <= ttft99 and ttft50 <= p50 and tpot50 <= tpot99
+    assert [s["name"] for s in tiny_record["series"]] == ["latency_throughput", "ttft", "tpot"]
+
+
+def test_dynamic_batching_with_no_timeout_is_static_and_waiting_fills_batches(tiny_record):
+    m = tiny_record["metrics"]
+    assert next(c for c in tiny_record["checks"] if c["name"] == "dynamic_timeout0_is_static")["passed"]
+    # at 30% load a longer timeout collects more requests per batch, and at that load it costs latency
+    batches = [m[f"dynamic_t{t}.load30.mean_batch"]["value"] for t in (10, 50, 200)]
+    assert batches == sorted(batches) and batches[-1] > m["static.load30.mean_batch"]["value"]
+    assert m["dynamic_t200.load30.p50_ms"]["value"] > m["static.load30.p50_ms"]["value"]
+
+
+def test_tpot_is_at_least_one_decode_step(tiny_record):
+    # every generated token after the first costs at least one decode step at batch 1 or more
+    rows = next(t for t in tiny_record["tables"] if t["name"] == "step_times")["rows"]
+    fastest_step_ms = min(r[2] for r in rows)
+    for policy in ("static", "continuous"):
+        assert tiny_record["metrics"][f"{policy}.load50.tpot_p50_ms"]["value"] >= 0.99 * fastest_step_ms

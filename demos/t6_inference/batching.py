@@ -15,7 +15,6 @@
 # throughput, and checks the simulator's bookkeeping with Little's law.
 
 # %%
-import collections
 import math
 import random
 
@@ -24,17 +23,12 @@ import torch
 
 from demos.harness.run import start
 from demos.t6_inference._model import held_out_prompts, trained_models
+from demos.t6_inference._serving import REQUEST_MIX, Server, output_lengths
 
 run = start(
     "batching",
     title="Static vs continuous batching under Poisson load, from measured step times",
-    sizes={  # (batch sizes measured, prompt length, output lengths (min, max), requests per simulation)
-        "tiny": ([1, 2, 4], 16, (4, 24), 200),
-        "small": ([1, 2, 4, 8, 16, 32], 32, (16, 128), 2000),
-        # 2000 requests per simulation: its p99 rests on 20 requests, enough for the page's comparison,
-        # and the host-side simulation (6 loads x 2 policies, up to 512 tokens each) stays short
-        "full": ([1, 2, 4, 8, 16, 32, 64, 128], 128, (32, 512), 2000),
-    },
+    sizes=REQUEST_MIX,  # (batch sizes measured, prompt length, output lengths (min, max), requests per simulation)
     cpu_threads=1,
 )
 device = run.torch_device
@@ -150,57 +144,49 @@ def interpolate(table: dict, b: int) -> float:
 # requests in the system (waiting + running) from its own state, for the Little's-law check.
 
 # %%
-class Server:
-    def __init__(self, arrivals, lengths):
-        self.arrivals, self.lengths = arrivals, lengths
-        self.now, self.next_arrival, self.area = 0.0, 0, 0.0
-        self.queue, self.in_system = collections.deque(), 0
-        self.first_token = [math.nan] * len(arrivals)
-        self.done = [math.nan] * len(arrivals)
-
-    def advance(self, until: float) -> None:
-        """Move the clock to `until`, admitting arrivals on the way and integrating requests in system."""
-        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival] <= until:
-            t = self.arrivals[self.next_arrival]
-            self.area += self.in_system * (t - self.now)
-            self.now = t
-            self.queue.append(self.next_arrival)
-            self.in_system += 1
-            self.next_arrival += 1
-        self.area += self.in_system * (until - self.now)
-        self.now = until
-
-    def idle_until_arrival(self) -> None:
-        self.advance(self.arrivals[self.next_arrival])
-
-    def finish(self, request: int) -> None:
-        self.done[request] = self.now
-        self.in_system -= 1
-
-    def all_done(self) -> bool:
-        return self.next_arrival == len(self.arrivals) and self.in_system == 0
+def run_batch_to_completion(s: Server, batch: list[int]) -> None:
+    """One static batch: a prefill for all, then decode steps, padded, until its longest request is done."""
+    s.batches.append(len(batch))
+    s.advance(s.now + interpolate(prefill_s, len(batch)))
+    remaining = {}
+    for r in batch:
+        s.first_token[r] = s.now
+        remaining[r] = s.lengths[r] - 1
+        if remaining[r] == 0:
+            s.finish(r)
+    while any(remaining.values()):
+        s.advance(s.now + interpolate(decode_s, len(batch)))
+        for r in remaining:
+            if remaining[r]:
+                remaining[r] -= 1
+                if remaining[r] == 0:
+                    s.finish(r)
 
 
 def simulate_static(arrivals, lengths) -> Server:
+    """Whenever the server is free, take whatever is waiting (up to b_max) and run it to completion."""
     s = Server(arrivals, lengths)
     while not s.all_done():
         if not s.queue:
             s.idle_until_arrival()
-        batch = [s.queue.popleft() for _ in range(min(len(s.queue), b_max))]
-        s.advance(s.now + interpolate(prefill_s, len(batch)))
-        remaining = {}
-        for r in batch:
-            s.first_token[r] = s.now
-            remaining[r] = lengths[r] - 1
-            if remaining[r] == 0:
-                s.finish(r)
-        while any(remaining.values()):  # the batch runs, padded, until its longest request is done
-            s.advance(s.now + interpolate(decode_s, len(batch)))
-            for r in remaining:
-                if remaining[r]:
-                    remaining[r] -= 1
-                    if remaining[r] == 0:
-                        s.finish(r)
+        run_batch_to_completion(s, [s.queue.popleft() for _ in range(min(len(s.queue), b_max))])
+    return s
+
+
+def simulate_dynamic(arrivals, lengths, timeout: float) -> Server:
+    """Dynamic (server-side) batching: once the server is free, collect requests until b_max are
+    waiting or the oldest has waited ``timeout`` seconds, then run that batch to completion.
+    With timeout 0 it is static batching (checked below)."""
+    s = Server(arrivals, lengths)
+    while not s.all_done():
+        if not s.queue:
+            s.idle_until_arrival()
+        deadline = s.arrivals[s.queue[0]] + timeout
+        while len(s.queue) < b_max and s.next_arrival_time() <= deadline:
+            s.advance(s.next_arrival_time())
+        if len(s.queue) < b_max and deadline > s.now:
+            s.advance(deadline)
+        run_batch_to_completion(s, [s.queue.popleft() for _ in range(min(len(s.queue), b_max))])
     return s
 
 
@@ -233,14 +219,20 @@ def simulate_continuous(arrivals, lengths) -> Server:
 #
 # Load is set against the best case for continuous batching: a full batch of `b_max` decoding
 # without pause, `b_max / decode(b_max)` tokens per second, divided by the mean output length.
-# Every policy sees the same arrival times and output lengths at a given load.
+# Every policy sees the same arrival times and output lengths at a given load. Dynamic batching
+# runs with three timeouts, set as fractions of one request's service time alone (its prefill plus
+# its decode steps at batch 1, for the mean output length): a tenth, a half and twice that.
 
 # %%
 mean_out = (out_min + out_max) / 2
 peak_requests_per_s = b_max / decode_s[b_max] / mean_out
-rng = random.Random(run.options.seed)
-lengths = [rng.randint(out_min, out_max) for _ in range(n_requests)]
+service_s = prefill_s[1] + (mean_out - 1) * decode_s[1]
+TIMEOUT_FRACTIONS = (0.1, 0.5, 2.0)
+lengths = output_lengths(n_requests, run.size, run.options.seed)  # the same mix as the paged-KV demo's
+rng = random.Random(run.options.seed + 1)  # arrival times
 SIMULATORS = {"static": simulate_static, "continuous": simulate_continuous}
+for f in TIMEOUT_FRACTIONS:
+    SIMULATORS[f"dynamic_t{round(100 * f)}"] = lambda a, n, timeout=f * service_s: simulate_dynamic(a, n, timeout)
 
 results = {}  # (policy, load) -> dict of statistics
 little_errors = []
@@ -250,10 +242,17 @@ for load in LOADS:
     for _ in range(n_requests):
         t += rng.expovariate(rate)
         arrivals.append(t)
+    if load == 0.5:  # dynamic batching with no timeout takes whatever waits: it must be static batching
+        zero, static = simulate_dynamic(arrivals, lengths, 0.0), simulate_static(arrivals, lengths)
+        run.check("dynamic_timeout0_is_static", zero.done == static.done and zero.first_token == static.first_token,
+                  f"every request's first-token and finish time equal for {n_requests} requests at load {load}")
     for policy, simulate in SIMULATORS.items():
         s = simulate(arrivals, lengths)
         latency = np.array(s.done) - np.array(arrivals)
         ttft = np.array(s.first_token) - np.array(arrivals)
+        # time per output token after the first: (last token - first token) / (tokens - 1), for requests of 2+ tokens
+        several = np.array(lengths) > 1
+        tpot = ((np.array(s.done) - np.array(s.first_token))[several] / (np.array(lengths)[several] - 1))
         span = max(s.done) - arrivals[0]
         # Little's law, L = lambda * W: the time-average number in the system (integrated from the
         # simulator's own state) against the arrival rate times the mean time in system (from the
@@ -268,7 +267,9 @@ for load in LOADS:
         results[policy, load] = {
             "p50": np.percentile(latency, 50), "p95": np.percentile(latency, 95), "p99": np.percentile(latency, 99),
             "ttft_p50": np.percentile(ttft, 50), "ttft_p99": np.percentile(ttft, 99),
+            "tpot_p50": np.percentile(tpot, 50), "tpot_p99": np.percentile(tpot, 99),
             "tokens_per_s": sum(lengths) / span, "requests_per_s": n_requests / span, "in_system": time_avg_in_system,
+            "mean_batch": float(np.mean(s.batches)) if s.batches else math.nan,
         }
     run.log(f"  load {load:.2f}: " + "; ".join(
         f"{p} p50 {results[p, load]['p50'] * 1e3:.0f} ms p99 {results[p, load]['p99'] * 1e3:.0f} ms "
@@ -297,14 +298,16 @@ for load in LOADS:
         r = results[policy, load]
         rows.append([load, policy, round(r["tokens_per_s"], 1), round(r["requests_per_s"], 2),
                      *(round(r[q] * 1e3, 1) for q in ("p50", "p95", "p99", "ttft_p50", "ttft_p99")),
-                     round(r["in_system"], 2)])
+                     *(round(r[q] * 1e3, 2) for q in ("tpot_p50", "tpot_p99")),
+                     round(r["in_system"], 2), "" if math.isnan(r["mean_batch"]) else round(r["mean_batch"], 1)])
 run.table("simulation", f"Poisson arrivals, {n_requests} requests per run, outputs {out_min}-{out_max} tokens, "
-          f"at most {b_max} in a batch",
+          f"at most {b_max} in a batch; dynamic_tN waits up to N% of one request's service time alone "
+          f"({service_s * 1e3:.1f} ms) to fill a batch",
           ["load", "policy", "tokens/s", "requests/s", "p50 (ms)", "p95 (ms)", "p99 (ms)", "TTFT p50 (ms)",
-           "TTFT p99 (ms)", "mean in system"], rows)
+           "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)", "mean in system", "mean batch"], rows)
 curve = {}
 for policy in SIMULATORS:
-    for q in ("p50", "p99"):
+    for q in ("p50", "p99") if policy in ("static", "continuous") else ("p99",):
         curve[f"{policy} {q}"] = ([results[policy, load]["tokens_per_s"] for load in LOADS],
                                   [results[policy, load][q] * 1e3 for load in LOADS])
 run.series("latency_throughput", "Latency vs achieved throughput (each point is one load)",
@@ -312,15 +315,21 @@ run.series("latency_throughput", "Latency vs achieved throughput (each point is 
 run.series("ttft", "Time to first token vs load", "load (fraction of continuous batching's peak)", "TTFT (ms)",
            {f"{policy} {q}": (LOADS, [results[policy, load][f"ttft_{q}"] * 1e3 for load in LOADS])
             for policy in SIMULATORS for q in ("p50", "p99")}, y_log=True)
+run.series("tpot", "Time per output token vs load", "load (fraction of continuous batching's peak)", "TPOT (ms)",
+           {f"{policy} {q}": (LOADS, [results[policy, load][f"tpot_{q}"] * 1e3 for load in LOADS])
+            for policy in ("static", "continuous") for q in ("p50", "p99")})
 
 for policy in SIMULATORS:
     run.metric(f"{policy}.max_tokens_per_s", max(results[policy, load]["tokens_per_s"] for load in LOADS), "tokens/s",
                label=f"{policy}: highest throughput reached across the loads")
-    for load in (0.5, 0.85):
+    for load in (0.3, 0.5, 0.85):
         r = results[policy, load]
         tag = f"{policy}.load{round(100 * load)}"
-        for q in ("p50", "p99", "ttft_p99"):
-            run.metric(f"{tag}.{q}_ms", r[q] * 1e3, "ms", label=f"{policy}, load {load}: {q.replace('_', ' ')} latency")
+        for q in ("p50", "p99", "ttft_p99", "tpot_p50", "tpot_p99"):
+            run.metric(f"{tag}.{q}_ms", r[q] * 1e3, "ms", label=f"{policy}, load {load}: {q.replace('_', ' ')}"
+                       + ("" if q.startswith("tpot") else " latency"))
+        if not math.isnan(r["mean_batch"]):
+            run.metric(f"{tag}.mean_batch", r["mean_batch"], "requests", label=f"{policy}, load {load}: mean batch size")
         run.metric(f"{tag}.tokens_per_s", r["tokens_per_s"], "tokens/s", label=f"{policy}, load {load}: throughput")
 for load in (0.5, 0.85):
     tag = f"load{round(100 * load)}"
