@@ -304,6 +304,35 @@ def practice_cards(to_html, url_dir: str, docs: Path = DOCS) -> list[dict]:
     return cards
 
 
+def exercise_cards(url_dir: str, docs: Path = DOCS) -> list[dict]:
+    """A link-only card per coding exercise page (docs/exercises/*.md other than its index): the statement
+    is on its page, the grader runs locally."""
+    folder = docs / "exercises"
+    if not folder.is_dir():
+        return []
+    titles = {p.src_uri: (p.topic, p.title) for p in topic_pages(docs)}
+    cards = []
+    for path in sorted(folder.glob("*.md")):
+        if path.stem == "index":
+            continue
+        text = path.read_text(encoding="utf-8")
+        try:
+            meta, body = front_matter(text, f"docs/exercises/{path.name}")
+        except Exception:  # a page without front matter still gets a card
+            meta, body = {}, text
+        heading = re.search(r"^#\s+(.+)$", body, re.M)
+        title = str(meta.get("title") or (heading.group(1).strip() if heading else path.stem))
+        topic_page = str(meta.get("topic_page") or meta.get("page") or "")
+        topic, topic_title = titles.get(f"topics/{topic_page.removesuffix('.md').split('/')[-1]}.md", ("", "Coding exercises"))
+        url = posixpath.relpath(f"exercises/{path.stem}", url_dir or ".") + "/"
+        cards.append({"id": "exercise-" + path.stem, "kind": "exercise", "topic": topic, "topic_title": topic_title,
+                      "difficulty": str(meta.get("difficulty") or "medium"), "measured": "", "url": url,
+                      "question": "Coding exercise: " + html.escape(title),
+                      "answer": "<p>Write it, then run its grader (the exercise page says how); the reference "
+                                "solution is folded on that page.</p>"})
+    return cards
+
+
 def cards_script(cards: list[dict]) -> str:
     """The cards as an inline JSON script: no second request, works offline. '</' is escaped so the
     data cannot close the script element."""
@@ -369,7 +398,10 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
 
             return gpu_campaign.estimates_table()
         if name == "practice-cards":
-            return cards_script(practice_cards(to_html, url_dir, docs))
+            from scripts import sizing  # the sizing problems and (when they exist) the coding exercises join the cards
+
+            return cards_script(practice_cards(to_html, url_dir, docs) + sizing.practice_cards(to_html, url_dir)
+                                + exercise_cards(url_dir, docs))
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")
 
     return PLACEHOLDER.sub(one, markdown)
