@@ -18,8 +18,11 @@ pytestmark = pytest.mark.slow
 
 JS = REPO / "docs" / "assets" / "parallel-calculator.js"
 HTML = REPO / "docs" / "includes" / "parallel-calculator.html"
-P7 = 12 * 32 * 4096**2 + 32000 * 4096  # 6,573,522,944
-SEVEN_B = cluster_model.MODELS["7B"]
+P7 = 12 * 32 * 4096**2 + 32000 * 4096  # 6,573,522,944: a GPT-shaped 7B (4h MLP, full heads, tied embedding)
+SEVEN_B = dict(layers=32, hidden=4096, heads=32, kv_heads=32, ffn_hidden=4 * 4096, gated_mlp=False,
+               tied_embeddings=True, vocab=32000)
+LLAMA7 = cluster_model.MODELS["7B"]
+P_LLAMA7 = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 2 * 32000 * 4096  # 6,738,149,376
 
 
 # -- (i) cluster_model.py against values derived by hand -------------------------------------------------
@@ -90,7 +93,11 @@ def test_step_time_by_hand():
     step, comm = cluster_model.step_time(cfg), cluster_model.comm_volume(cfg)
     tokens = 16 * 1 * 4096 * 4
     assert step["tokens"] == tokens and step["gpus"] == 64
-    assert step["compute_s"] == pytest.approx(6 * P7 * tokens / (64 * 989e12 * 0.5))
+    efficiency = cluster_model.calibrated_efficiency(4096)
+    assert step["compute_efficiency"] == efficiency
+    per_token = 6 * P7 + 12 * 32 * 4096 * 4096  # 6 N + 12 L h s (attention scores), Megatron-LM eq. 3
+    assert step["compute_s"] == pytest.approx(per_token * tokens / (64 * 989e12 * efficiency))
+    assert step["mfu"] == pytest.approx(per_token * tokens / (step["total_s"] * 64 * 989e12))
     parts = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_exposed_s", "bubble_s")
     assert step["total_s"] == pytest.approx(sum(step[k] for k in parts))
     assert step["bubble_s"] == pytest.approx((step["compute_s"] + step["tp_comm_s"]) * 1 / 16)
@@ -106,7 +113,13 @@ def test_step_time_by_hand():
     assert step["dp_comm_s"] == pytest.approx(6 * 5e-6 + 2 * 3 / 4 * grads / 50e9)
     overlapped = cluster_model.step_time(dict(cfg, overlap_dp=True))
     assert overlapped["dp_exposed_s"] == pytest.approx(max(0, step["dp_comm_s"] - 2 / 3 * step["compute_s"] / 16))
-    assert cluster_model.step_time(dict(cfg, recompute="full"))["flops"] == pytest.approx(8 * P7 * tokens)
+    full = cluster_model.step_time(dict(cfg, recompute="full"))
+    assert full["flops"] == pytest.approx((per_token + 2 * 12 * 32 * 4096**2 + 4 * 32 * 4096 * 4096) * tokens)
+    assert full["model_flops"] == pytest.approx(step["model_flops"])
+    selective = cluster_model.step_time(dict(cfg, recompute="selective"))
+    assert selective["flops"] == pytest.approx((per_token + 4 * 32 * 4096 * 4096) * tokens)
+    fixed = cluster_model.step_time(dict(cfg, compute_efficiency=0.5))
+    assert fixed["compute_s"] == pytest.approx(per_token * tokens / (64 * 989e12 * 0.5))
 
 
 def test_zero_communication_volumes():
@@ -121,7 +134,8 @@ def test_zero_communication_volumes():
 
 def test_chooser_picks_the_fastest_layout_that_fits():
     assert cluster_model.choose_config("70B", 8, 1024) is None  # 70B does not fit on one node
-    for model, gpus in (("7B", 8), ("7B", 64), ("70B", 16), ("70B", 64)):
+    assert cluster_model.choose_config("70B", 16, 1024) is None  # Llama-2-70B needs 32 H100s at this batch
+    for model, gpus in (("7B", 8), ("7B", 64), ("70B", 32), ("70B", 64)):
         layouts = cluster_model.candidate_layouts(model, gpus, 1024)
         assert {(c.tp, c.pp) for c in layouts} >= {(1, 1), (8, 1)}
         assert all(c.tp * c.pp * c.dp == gpus and c.dp * c.microbatches == 1024 for c in layouts)
@@ -140,6 +154,8 @@ def test_chooser_picks_the_fastest_layout_that_fits():
     (dict(dp=0), "dp must be a whole number >= 1"),
     (dict(interleave=2), "interleave > 1 needs pp > 1"),
     (dict(compute_efficiency=1.5), "compute_efficiency must be in (0, 1]"),
+    (dict(kv_heads=5), "heads must be divisible by kv_heads"),
+    (dict(gated_mlp="yes"), "gated_mlp must be true or false"),
 ])
 def test_invalid_configurations_are_refused(change, message):
     assert cluster_model.problem(dict(SEVEN_B, **change)).startswith(message)
@@ -179,8 +195,14 @@ def configurations() -> list[dict]:
         dict(SEVEN_B, gpus_per_node=4, tp=4, pp=2, dp=2),
         dict(SEVEN_B, intra_alpha_us=0.0, inter_alpha_us=0.0, tp=2, dp=2),
         dict(SEVEN_B, gpu_memory_gb=141.0, peak_tflops=989.0, compute_efficiency=1.0, dp=8),
-        dict(layers=1, hidden=1, heads=1, vocab=1, seq_len=1, microbatches=1),  # the smallest model
-        dict(layers=2, hidden=64, heads=4, vocab=100, seq_len=8, tp=4, pp=2, dp=5, microbatches=7, zero_stage=3),
+        dict(layers=1, hidden=1, heads=1, kv_heads=1, ffn_hidden=1, vocab=1, seq_len=1, microbatches=1),  # smallest
+        dict(layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=200, vocab=100, seq_len=8, tp=4, pp=2, dp=5,
+             microbatches=7, zero_stage=3),
+        dict(SEVEN_B, tp=8, dp=2, recompute="full", compute_efficiency=0.43),  # GPT shape, efficiency given
+        dict(SEVEN_B, hidden=2048, heads=16, kv_heads=16, ffn_hidden=8192, dp=4),  # below the calibration table
+        dict(SEVEN_B, hidden=30720, heads=240, kv_heads=240, ffn_hidden=4 * 30720, tp=8, pp=32, dp=1,
+             microbatches=32),  # above it
+        dict(SEVEN_B, hidden=5120, heads=40, kv_heads=40, ffn_hidden=13824, tp=8, dp=2),  # between two rows
         dict(SEVEN_B, microbatches=1, pp=2, schedule="gpipe"),
         dict(SEVEN_B, intra_bandwidth_gbs=0.711, inter_bandwidth_gbs=0.711, intra_alpha_us=384.0,
              inter_alpha_us=384.0, tp=8, dp=4),  # a gloo-like network
@@ -201,6 +223,9 @@ def configurations() -> list[dict]:
         dict(SEVEN_B, hidden=4000, heads=48),
         dict(SEVEN_B, sequence_parallel="yes"),
         dict(SEVEN_B, layers="32"),
+        dict(SEVEN_B, kv_heads=3),
+        dict(SEVEN_B, kv_heads=0),
+        dict(SEVEN_B, tied_embeddings=1),
     ]
     return grid
 
@@ -262,6 +287,8 @@ def test_js_matches_python_on_a_grid(page):
 def test_js_defaults_are_python_defaults(page):
     assert page.evaluate("() => window.ParallelCalc.DEFAULTS") == dataclasses.asdict(cluster_model.Config())
     assert page.evaluate("() => window.ParallelCalc.MODELS") == cluster_model.MODELS
+    assert page.evaluate("() => window.ParallelCalc.EFFICIENCY_BY_HIDDEN") == [list(r) for r in
+                                                                             cluster_model.EFFICIENCY_BY_HIDDEN]
     links = page.evaluate("() => window.ParallelCalc.LINKS")
     for key, link in cluster_model.LINKS.items():
         assert (links[key]["bandwidth_gbs"], links[key]["alpha_us"]) == (link.bandwidth_gbs, link.alpha_us)
@@ -318,10 +345,10 @@ def test_demo_fits_positive_alpha_and_beta(tiny_record):
 
 def test_demo_memory_and_projection(tiny_record):
     m = tiny_record["metrics"]
-    assert m["memory.7B.params_b"]["value"] == pytest.approx(P7 / 1e9)
+    assert m["memory.7B.params_b"]["value"] == pytest.approx(P_LLAMA7 / 1e9)
     # plain DP, selective recomputation: 16 B/param + 34 s b h per layer x 32 layers
-    assert m["memory.7B.dp.8gpu"]["value"] == pytest.approx((16 * P7 + 32 * 34 * 4096 * 4096) / 1e9)
-    assert m["proj.7B.min_gpus"]["value"] == 8 and m["proj.70B.min_gpus"]["value"] == 16
+    assert m["memory.7B.dp.8gpu"]["value"] == pytest.approx((16 * P_LLAMA7 + 32 * 34 * 4096 * 4096) / 1e9)
+    assert m["proj.7B.min_gpus"]["value"] == 8 and m["proj.70B.min_gpus"]["value"] == 32
     for model in ("7B", "70B"):
         assert 0.5 < m[f"proj.{model}.efficiency.1024gpu"]["value"] <= 1.0
         assert m[f"proj_gloo.{model}.slowdown.1024gpu"]["value"] > 1
@@ -341,6 +368,6 @@ def test_a_collective_spanning_nodes_uses_the_nics_of_its_members_in_a_node():
     assert cluster_model.step_time(c)["tp_comm_s"] == pytest.approx(80 * 256 * 4 * per_all_reduce)
     # a DP group with one member per node drives one NIC: 50 GB/s
     d = cluster_model.Config(**cluster_model.MODELS["7B"], tp=8, pp=1, dp=4, microbatches=4)
-    grads = 2.0 * cluster_model.params_count(d.layers, d.hidden, d.vocab) / 8
+    grads = 2.0 * cluster_model.config_params(d) / 8
     expected = sum(cluster_model.collective_time(k, grads, 4, 5e-6, 1 / 50e9) for k in ("reduce_scatter", "all_gather"))
     assert cluster_model.step_time(d)["dp_exposed_s"] == pytest.approx(expected)

@@ -19,6 +19,16 @@ Three parts, each with its sources:
    from Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
    (https://arxiv.org/abs/2205.05198).
 3. Step time = compute + TP all-reduces + PP sends + (exposed) DP gradient traffic + pipeline bubble.
+   Compute counts the matmul FLOPs of Narayanan et al., "Efficient Large-Scale Language Model Training
+   on GPU Clusters Using Megatron-LM" (https://arxiv.org/abs/2104.04473), equation 3: 6 FLOPs per
+   parameter per token plus 12 L h s for the attention scores, plus what recomputation repeats. Its
+   speed is a fraction of peak ("compute efficiency") CALIBRATED on that paper's Table 1: for each of
+   its ten runs, the efficiency that makes this model reproduce the published TFLOP/s per GPU
+   (``EFFICIENCY_BY_HIDDEN``, checked against ``calibrate_efficiency`` by a test), interpolated by
+   hidden size.
+
+``validation_rows`` compares the model with the published figures (ZeRO paper, Korthikanti et al.,
+nccl-tests, Megatron-LM), and tests/test_scale_model_validation.py pins them.
 
 A configuration is a ``Config`` (or a plain dict with the same field names: that is what the
 JavaScript functions take). Every assumption is a field with a default and a one-line reason in
@@ -141,10 +151,16 @@ def max_relative_error(points: list[tuple[float, float, float]], alpha: float, b
 
 # -- configurations ---------------------------------------------------------------------------------
 
-MODELS = {  # GQA (Llama-2 70B shares 8 KV heads) and the SwiGLU MLP width are ignored: 4h MLP, full heads
-    "7B": {"layers": 32, "hidden": 4096, "heads": 32, "vocab": 32000},
-    "70B": {"layers": 80, "hidden": 8192, "heads": 64, "vocab": 32000},
+# Presets with the shapes of the released models (Touvron et al., "Llama 2", https://arxiv.org/abs/2307.09288,
+# and the released configs): SwiGLU MLP (three h x ffn matrices), grouped-query attention at 70B (8 KV
+# heads), untied input and output embeddings. The keys are short; MODEL_NAMES says which model each is.
+MODELS = {
+    "7B": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn_hidden": 11008, "gated_mlp": True,
+           "tied_embeddings": False, "vocab": 32000},
+    "70B": {"layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "ffn_hidden": 28672, "gated_mlp": True,
+            "tied_embeddings": False, "vocab": 32000},
 }
+MODEL_NAMES = {"7B": "Llama-2-7B", "70B": "Llama-2-70B"}
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
@@ -152,10 +168,14 @@ SCHEDULES = ("1f1b", "gpipe")
 
 @dataclass(frozen=True)
 class Config:
-    # the model (defaults: the 7B preset)
+    # the model (defaults: the Llama-2-7B preset)
     layers: int = 32
     hidden: int = 4096
     heads: int = 32
+    kv_heads: int = 32  # fewer than heads: grouped-query attention
+    ffn_hidden: int = 11008  # MLP width (4 h in GPT; 11008 in Llama-2-7B's SwiGLU)
+    gated_mlp: bool = True  # SwiGLU / GeGLU: three h x ffn matrices instead of two
+    tied_embeddings: bool = False  # one V x h table for input and output (GPT) or two (Llama)
     vocab: int = 32000
     # the batch: one step runs `microbatches` microbatches of `microbatch_size` sequences per DP replica
     seq_len: int = 4096
@@ -175,7 +195,7 @@ class Config:
     gpus_per_node: int = 8
     gpu_memory_gb: float = 80.0
     peak_tflops: float = 989.0
-    compute_efficiency: float = 0.5
+    compute_efficiency: float | None = None  # None: calibrated (EFFICIENCY_BY_HIDDEN at this hidden size)
     intra_bandwidth_gbs: float = LINKS["nvlink4_h100"].bandwidth_gbs
     intra_alpha_us: float = LINKS["nvlink4_h100"].alpha_us
     inter_bandwidth_gbs: float = LINKS["ib_ndr400"].bandwidth_gbs
@@ -185,8 +205,9 @@ class Config:
 ASSUMPTIONS = {  # field -> (unit, why this default)
     "sequence_parallel": ("", "Megatron-style sequence parallelism with TP: LayerNorm/dropout activations are "
                               "split over the TP ranks too, so all activations divide by tp (Korthikanti et al.)"),
-    "recompute": ("", "none | selective (recompute attention's s^2 part; its FLOPs are ignored) | full (keep only "
-                      "each layer's input, one extra forward: 8 instead of 6 FLOPs per parameter per token)"),
+    "recompute": ("", "none | selective (recompute the attention core, its s^2 part: 4 L h s more FLOPs per token) | "
+                      "full (keep only each layer's input and run its forward again: 2 x layer parameters + 4 L h s "
+                      "more FLOPs per token)"),
     "schedule": ("", "1F1B keeps at most pp microbatches in flight on the first stage; GPipe keeps all of them"),
     "interleave": ("", "virtual stages per GPU (interleaved 1F1B, Narayanan et al. 2021): bubble / v, "
                        "activations x (1 + (pp-1)/(pp v)), pp sends x v"),
@@ -196,8 +217,11 @@ ASSUMPTIONS = {  # field -> (unit, why this default)
     "gpu_memory_gb": ("GB", "H100 SXM 80 GB, counted as 80e9 bytes: the 5.9 GB up to 80 GiB is left for what this "
                             "model omits (logits, communication buffers, workspaces, fragmentation)"),
     "peak_tflops": ("TFLOP/s", "H100 SXM dense BF16 tensor-core peak, NVIDIA H100 datasheet (989 TFLOP/s)"),
-    "compute_efficiency": ("fraction of peak", "ASSUMPTION: the compute itself (GEMMs ~70-80% of peak, attention, "
-                                               "norms and elementwise ops less) averages half of peak"),
+    "compute_efficiency": ("fraction of peak", "None = CALIBRATED: the fraction of peak at which Megatron-LM's ten "
+                                               "weak-scaling runs (Narayanan et al. 2021, Table 1, A100s) computed, "
+                                               "fitted through this model and interpolated by hidden size "
+                                               "(EFFICIENCY_BY_HIDDEN); it rises with size, as GEMMs grow. Applying "
+                                               "A100 fractions to another GPU is an ASSUMPTION"),
     "intra_bandwidth_gbs": ("GB/s", LINKS["nvlink4_h100"].source),
     "intra_alpha_us": ("us", "ASSUMPTION: per-step latency of a collective inside a node"),
     "inter_bandwidth_gbs": ("GB/s", LINKS["ib_ndr400"].source),
@@ -205,18 +229,22 @@ ASSUMPTIONS = {  # field -> (unit, why this default)
 }
 
 FIXED_ASSUMPTIONS = [
-    "parameters = 12 L h^2 + V h (attention 4h^2 + MLP 8h^2 per layer, one tied embedding; biases, norms, "
-    "GQA and SwiGLU widths ignored)",
+    "parameters = L (2 h^2 + 2 h kv_dim + (3 if gated else 2) h ffn) + (1 if tied else 2) V h, kv_dim = h "
+    "kv_heads / heads (GQA); a GPT layer (4h MLP, full heads, tied) gives 12 L h^2 + V h; biases and norm weights "
+    "ignored (0.002% of Llama-2-70B)",
     "model states per parameter (mixed-precision Adam, ZeRO paper): 2 B bf16 weights + 2 B bf16 gradients "
     "+ 12 B fp32 master weights, momentum and variance = 16 B",
     "ZeRO-1 divides the optimizer's 12 B by dp, ZeRO-2 also the gradients, ZeRO-3 also the weights",
     "TP and PP split every parameter evenly over tp * pp GPUs (the embedding's placement on the first/last "
     "stage is ignored)",
-    "activations per layer per microbatch (16-bit, Korthikanti et al.): s b h (34 + 5 a s / h), / tp with "
-    "sequence parallelism; selective recomputation 34 s b h; full recomputation 2 s b h (the layer input); "
+    "activations per layer per microbatch (16-bit, Korthikanti et al., a GPT layer with dropout): s b h "
+    "(34 + 5 a s / h), / tp with sequence parallelism; selective recomputation 34 s b h; full recomputation "
+    "2 s b h (the layer input); GQA, SwiGLU widths and no-dropout (Llama) change the 34 and are not modelled; "
     "logits, embeddings and the backward working set are ignored",
-    "compute FLOPs per step = 6 (8 with full recomputation) x parameters x tokens (attention scores ignored), "
-    "divided evenly over the GPUs",
+    "model FLOPs per token (Narayanan et al. 2021, eq. 3) = 6 x (parameters without the input embedding, a "
+    "lookup) + 12 L h s (attention scores and their product with V, counted without a causal mask); the hardware "
+    "also repeats 4 L h s per token with selective recomputation and 2 x (layer parameters) + 4 L h s with full "
+    "recomputation; divided evenly over the GPUs. MFU counts model FLOPs, HFU hardware FLOPs",
     "TP: 4 all-reduces (6 with full recomputation) of b s h x 2 bytes per layer per microbatch, ring over tp; "
     "with sequence parallelism they become all-gather + reduce-scatter pairs of the same volume",
     "PP: per microbatch (and virtual stage) each GPU sends one activation forward and one gradient backward, "
@@ -250,7 +278,7 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-WHOLE_FIELDS = ("layers", "hidden", "heads", "vocab", "seq_len", "microbatch_size", "microbatches",
+WHOLE_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "microbatch_size", "microbatches",
                 "tp", "pp", "dp", "interleave", "gpus_per_node")
 POSITIVE_FIELDS = ("gpu_memory_gb", "peak_tflops", "intra_bandwidth_gbs", "inter_bandwidth_gbs")
 NON_NEGATIVE_FIELDS = ("intra_alpha_us", "inter_alpha_us")
@@ -271,19 +299,21 @@ def problem(cfg) -> str:
         value = getattr(c, name)
         if not (_is_number(value) and value >= 0):
             return f"{name} must be a number >= 0"
-    if not (_is_number(c.compute_efficiency) and 0 < c.compute_efficiency <= 1):
-        return "compute_efficiency must be in (0, 1]"
+    if c.compute_efficiency is not None and not (_is_number(c.compute_efficiency) and 0 < c.compute_efficiency <= 1):
+        return "compute_efficiency must be in (0, 1] (or empty: calibrated)"
     if isinstance(c.zero_stage, bool) or c.zero_stage not in (0, 1, 2, 3):
         return "zero_stage must be 0, 1, 2 or 3"
     if c.recompute not in RECOMPUTE:
         return "recompute must be none, selective or full"
     if c.schedule not in SCHEDULES:
         return "schedule must be 1f1b or gpipe"
-    for name in ("sequence_parallel", "overlap_dp"):
+    for name in ("sequence_parallel", "overlap_dp", "gated_mlp", "tied_embeddings"):
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be true or false"
     if c.hidden % c.heads:
         return "hidden must be divisible by heads"
+    if c.heads % c.kv_heads:
+        return "heads must be divisible by kv_heads (each KV head serves a whole group of query heads)"
     if c.heads % c.tp:
         return "heads must be divisible by tp (tensor parallelism splits the attention heads)"
     if c.layers % (c.pp * c.interleave):
@@ -309,8 +339,37 @@ WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12  # per parameter, mixed-pre
 
 
 def params_count(layers: int, hidden: int, vocab: int) -> float:
-    """12 L h^2 + V h."""
+    """12 L h^2 + V h: a GPT-shaped model (4h MLP, full heads, one tied embedding). ``config_params`` counts
+    any shape; for a GPT shape both agree."""
     return 12.0 * layers * hidden * hidden + vocab * hidden
+
+
+def layer_params(c: Config) -> float:
+    """Weights of one transformer layer: Q and output projections h x h, K and V h x kv_dim, MLP 2 or 3 h x ffn."""
+    kv_dim = c.hidden * c.kv_heads / c.heads
+    mlp_matrices = 3.0 if c.gated_mlp else 2.0
+    return 2.0 * c.hidden * c.hidden + 2.0 * c.hidden * kv_dim + mlp_matrices * c.hidden * c.ffn_hidden
+
+
+def embedding_params(c: Config) -> float:
+    return (1.0 if c.tied_embeddings else 2.0) * c.vocab * c.hidden
+
+
+def config_params(cfg) -> float:
+    """Parameters of the configuration's model (biases and norm weights ignored)."""
+    c = as_config(cfg)
+    return c.layers * layer_params(c) + embedding_params(c)
+
+
+def model_state_bytes(params: float, dp: int = 1, zero_stage: int = 0) -> dict:
+    """Bytes of weights, gradients and optimizer states one DP rank keeps for ``params`` parameters (ZeRO paper,
+    section 5: 2 + 2 + K bytes per parameter, K = 12; stage 1 shards the K, stage 2 also the gradients, stage 3
+    also the weights)."""
+    weights = WEIGHT_BYTES * params / (dp if zero_stage >= 3 else 1)
+    grads = GRAD_BYTES * params / (dp if zero_stage >= 2 else 1)
+    optimizer = OPTIMIZER_BYTES * params / (dp if zero_stage >= 1 else 1)
+    return {"weights_bytes": weights, "grads_bytes": grads, "optimizer_bytes": optimizer,
+            "model_states_bytes": weights + grads + optimizer}
 
 
 def activation_bytes_per_layer(c: Config) -> float:
@@ -340,11 +399,10 @@ def microbatches_in_flight(c: Config) -> float:
 def memory_per_gpu(cfg) -> dict:
     """Bytes per GPU (the first pipeline stage, the fullest): model states and activations."""
     c = _checked(cfg)
-    params_total = params_count(c.layers, c.hidden, c.vocab)
+    params_total = config_params(c)
     params_per_gpu = params_total / (c.tp * c.pp)
-    weights = WEIGHT_BYTES * params_per_gpu / (c.dp if c.zero_stage >= 3 else 1)
-    grads = GRAD_BYTES * params_per_gpu / (c.dp if c.zero_stage >= 2 else 1)
-    optimizer = OPTIMIZER_BYTES * params_per_gpu / (c.dp if c.zero_stage >= 1 else 1)
+    states = model_state_bytes(params_per_gpu, c.dp, c.zero_stage)
+    weights, grads, optimizer = states["weights_bytes"], states["grads_bytes"], states["optimizer_bytes"]
     per_layer = activation_bytes_per_layer(c)
     in_flight = microbatches_in_flight(c)
     activations = per_layer * (c.layers / c.pp) * in_flight
@@ -393,7 +451,7 @@ def _alpha_beta(c: Config, link: str, nics: int = 1) -> tuple[float, float]:
 def _parts(c: Config) -> dict:
     """Every communication of one step for one GPU: (count, kind, bytes n, group size, link, NICs) per parallelism."""
     sbh = float(c.seq_len) * c.microbatch_size * c.hidden
-    params_per_gpu = params_count(c.layers, c.hidden, c.vocab) / (c.tp * c.pp)
+    params_per_gpu = config_params(c) / (c.tp * c.pp)
     m = c.microbatches
     tp_link, pp_link, dp_link = _link(c, c.tp, 1), _link(c, c.pp, c.tp), _link(c, c.dp, c.tp * c.pp)
     tp_nics, dp_nics = _nics(c, c.tp, 1), _nics(c, c.dp, c.tp * c.pp)
@@ -453,15 +511,53 @@ def bubble(cfg) -> dict:
     return {"over_ideal": (c.pp - 1) / v_m, "fraction": (c.pp - 1) / (v_m + c.pp - 1)}
 
 
+def flops_per_token(cfg) -> dict:
+    """Model FLOPs (what the model needs) and hardware FLOPs (what recomputation adds) per token of a
+    training step: Narayanan et al. 2021, eq. 3, for any shape."""
+    c = as_config(cfg)
+    input_embedding = 0.0 if c.tied_embeddings else c.vocab * c.hidden  # a lookup: no FLOPs
+    attention = 12.0 * c.layers * c.hidden * c.seq_len  # QK^T and scores x V: 4 h s per layer forward, x 3
+    model = 6.0 * (config_params(c) - input_embedding) + attention
+    if c.recompute == "full":
+        extra = 2.0 * c.layers * layer_params(c) + attention / 3.0  # one more forward of every layer
+    elif c.recompute == "selective":
+        extra = attention / 3.0  # the attention core's forward again
+    else:
+        extra = 0.0
+    return {"model": model, "hardware": model + extra, "attention": attention}
+
+
+# Compute efficiency (fraction of peak while computing), fitted by ``calibrate_efficiency`` to each run of
+# Megatron-LM's Table 1 and rounded to 4 digits (a test checks the rounding): (hidden size, efficiency).
+EFFICIENCY_BY_HIDDEN = ((2304, 0.4431), (3072, 0.4686), (4096, 0.5258), (6144, 0.5357), (8192, 0.5271),
+                        (10240, 0.5368), (12288, 0.5653), (16384, 0.5951), (20480, 0.6265), (25600, 0.6188))
+
+
+def calibrated_efficiency(hidden: float) -> float:
+    """EFFICIENCY_BY_HIDDEN interpolated linearly in the hidden size; flat beyond the table's ends."""
+    table = EFFICIENCY_BY_HIDDEN
+    if hidden <= table[0][0]:
+        return table[0][1]
+    for (h0, e0), (h1, e1) in zip(table, table[1:]):
+        if hidden <= h1:
+            return e0 + (e1 - e0) * (hidden - h0) / (h1 - h0)
+    return table[-1][1]
+
+
+def efficiency(cfg) -> float:
+    c = as_config(cfg)
+    return calibrated_efficiency(c.hidden) if c.compute_efficiency is None else c.compute_efficiency
+
+
 def step_time(cfg) -> dict:
     """Projected seconds of one training step and its parts, for one GPU of the layout."""
     c = _checked(cfg)
     gpus = c.tp * c.pp * c.dp
-    params_total = params_count(c.layers, c.hidden, c.vocab)
     tokens = float(c.microbatches) * c.microbatch_size * c.seq_len * c.dp
-    flops_per_param_token = 8.0 if c.recompute == "full" else 6.0
-    flops = flops_per_param_token * params_total * tokens
-    compute = flops / (gpus * c.peak_tflops * 1e12 * c.compute_efficiency)
+    per_token = flops_per_token(c)
+    flops = per_token["hardware"] * tokens
+    eff = efficiency(c)
+    compute = flops / (gpus * c.peak_tflops * 1e12 * eff)
     parts = _parts(c)
     tp_s = _seconds(c, parts["tp"][0])
     pp_s = _seconds(c, parts["pp"][0])
@@ -478,11 +574,13 @@ def step_time(cfg) -> dict:
         dp_exposed = dp_s
     bubble_s = (compute + tp_s) * bubble(c)["over_ideal"]
     total = compute + tp_s + pp_s + dp_exposed + bubble_s
-    useful_flops = 6.0 * params_total * tokens
+    peak = total * gpus * c.peak_tflops * 1e12
     return {
         "gpus": float(gpus),
         "tokens": tokens,
         "flops": flops,
+        "model_flops": per_token["model"] * tokens,
+        "compute_efficiency": eff,
         "compute_s": compute,
         "tp_comm_s": tp_s,
         "pp_comm_s": pp_s,
@@ -491,8 +589,149 @@ def step_time(cfg) -> dict:
         "bubble_s": bubble_s,
         "total_s": total,
         "tokens_per_s": tokens / total,
-        "mfu": useful_flops / (total * gpus * c.peak_tflops * 1e12),
+        "mfu": per_token["model"] * tokens / peak,
+        "hfu": flops / peak,
     }
+
+
+# -- calibration and validation against published figures -------------------------------------------
+
+MEGATRON_URL = "https://arxiv.org/abs/2104.04473"
+ZERO_URL = "https://arxiv.org/abs/1910.02054"
+KORTHIKANTI_URL = "https://arxiv.org/abs/2205.05198"
+NCCL_TESTS_URL = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
+
+# Narayanan et al. 2021, Table 1: GPT models (V = 51200, s = 2048) on Selene's A100s, end to end.
+# (billions of parameters, heads, hidden, layers, TP, PP, GPUs, global batch, achieved TFLOP/s per GPU)
+MEGATRON_TABLE1 = (
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+)
+# The same paper, Table 2, PTD-P rows (not used by the calibration: an out-of-sample check).
+# (billions, heads, hidden, layers, TP, PP, GPUs, global batch, achieved TFLOP/s per GPU)
+MEGATRON_TABLE2_PTDP = (
+    (174.6, 96, 12288, 96, 8, 12, 384, 1536, 153), (174.6, 96, 12288, 96, 8, 12, 768, 1536, 149),
+    (174.6, 96, 12288, 96, 8, 12, 1536, 1536, 141), (529.6, 128, 20480, 105, 8, 35, 560, 2240, 171),
+    (529.6, 128, 20480, 105, 8, 35, 1120, 2240, 167), (529.6, 128, 20480, 105, 8, 35, 2240, 2240, 159),
+)
+# Selene: DGX A100 nodes, A100 dense BF16 peak 312 TFLOP/s (A100 datasheet), NVLink 3 600 GB/s total
+# (300 per direction), eight 200 Gb/s HDR InfiniBand NICs per node (25 GB/s per GPU); latencies as for H100.
+A100_SELENE = dict(peak_tflops=312.0, gpu_memory_gb=80.0, intra_bandwidth_gbs=300.0, inter_bandwidth_gbs=25.0)
+
+
+def megatron_config(row, compute_efficiency: float | None = None) -> Config:
+    """A Megatron-LM run as a Config: GPT shape (4h MLP, tied embedding), full recomputation (as the paper's
+    FLOP count assumes), no sequence parallelism (it came later), plain 1F1B, microbatch 1, DP not overlapped.
+    Microbatch size, schedule and overlap are ASSUMPTIONS: Table 1 does not list them."""
+    _, heads, hidden, layers, tp, pp, gpus, batch, _ = row
+    dp = gpus // (tp * pp)
+    return Config(layers=layers, hidden=hidden, heads=heads, kv_heads=heads, ffn_hidden=4 * hidden, gated_mlp=False,
+                  tied_embeddings=True, vocab=51200, seq_len=2048, microbatch_size=1, microbatches=batch // dp,
+                  tp=tp, pp=pp, dp=dp, zero_stage=0, sequence_parallel=False, recompute="full",
+                  compute_efficiency=compute_efficiency, **A100_SELENE)
+
+
+def achieved_tflops(cfg) -> float:
+    """Hardware TFLOP/s per GPU over the whole projected step: what Megatron-LM's tables report."""
+    step = step_time(cfg)
+    return step["flops"] / (step["total_s"] * step["gpus"]) / 1e12
+
+
+def calibrate_efficiency(row) -> float:
+    """The compute efficiency that makes this model reproduce a run's published TFLOP/s per GPU. Step time
+    = (C/e + TP)(1 + bubble) + PP + DP, so e follows in closed form."""
+    cfg = megatron_config(row, compute_efficiency=1.0)
+    step = step_time(cfg)
+    target_s = step["flops"] / (step["gpus"] * row[-1] * 1e12)
+    compute_at_e = (target_s - step["pp_comm_s"] - step["dp_exposed_s"]) / (1.0 + bubble(cfg)["over_ideal"]) \
+        - step["tp_comm_s"]
+    return step["compute_s"] / compute_at_e
+
+
+def megatron_eq3_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan et al. 2021, eq. 3: FLOPs of one iteration with full recomputation."""
+    return 96.0 * batch * seq * layers * hidden**2 * (1 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
+
+
+def korthikanti_bytes(s, b, h, a, t, case) -> float:
+    """Activation bytes per layer, Korthikanti et al. Table 2, typed from the paper independently of
+    ``activation_bytes_per_layer``."""
+    return {"none": s * b * h * (34 + 5 * a * s / h) if t == 1 else s * b * h * (10 + 24 / t + 5 * a * s / (h * t)),
+            "sp": s * b * h / t * (34 + 5 * a * s / h),
+            "tp_selective": s * b * h * (10 + 24 / t),
+            "sp_selective": s * b * h * 34 / t,
+            "full": 2 * s * b * h}[case]
+
+
+def validation_rows() -> list[dict]:
+    """This model against published figures: each row has figure, source, url, published, model, unit and
+    kind ('validation': an independent figure; 'formula': the paper's formula evaluated independently;
+    'calibration': fitted to, so it agrees by construction)."""
+    rows = []
+
+    def row(key, figure, source, url, published, model, unit, kind="validation"):
+        rows.append({"key": key, "figure": figure, "source": source, "url": url, "published": published,
+                     "model": model, "unit": unit, "kind": kind})
+
+    # ZeRO paper, Figure 1 / section 5: 7.5B parameters, 64-way DP, K = 12
+    for stage, name, published in ((0, "baseline", 120.0), (1, "P_os", 31.4), (2, "P_os+g", 16.6),
+                                   (3, "P_os+g+p", 1.9)):
+        model = model_state_bytes(7.5e9, 64, stage)["model_states_bytes"] / GB
+        row(f"zero.stage{stage}", f"model states per GPU, 7.5B params, 64 GPUs, {name}", "Rajbhandari et al., ZeRO, Figure 1",
+            ZERO_URL, published, model, "GB")
+    # Korthikanti et al.: GPT-3 175B (s 2048, h 12288, a 96) with t = 8, b = 1, per layer
+    gpt3 = dict(layers=96, hidden=12288, heads=96, kv_heads=96, ffn_hidden=4 * 12288, gated_mlp=False,
+                tied_embeddings=True, vocab=51200, seq_len=2048, microbatch_size=1)
+    for key, case, label, cfg_fields in (
+            ("none", "none", "no parallelism", dict(tp=1)),
+            ("tp8", "none", "TP 8", dict(tp=8, sequence_parallel=False)),
+            ("tp8_sp", "sp", "TP 8 + sequence parallel", dict(tp=8)),
+            ("tp8_selective", "tp_selective", "TP 8 + selective recompute",
+             dict(tp=8, sequence_parallel=False, recompute="selective")),
+            ("tp8_sp_selective", "sp_selective", "TP 8 + SP + selective", dict(tp=8, recompute="selective")),
+            ("full", "full", "full recompute", dict(tp=8, recompute="full", sequence_parallel=False))):
+        t = cfg_fields["tp"]
+        published = korthikanti_bytes(2048, 1, 12288, 96, t, case) / GB
+        model = activation_bytes_per_layer(Config(**gpt3, **cfg_fields)) / GB
+        row(f"activations.{key}", f"activations per layer, GPT-3 175B, {label}", "Korthikanti et al., Table 2 (formula)", KORTHIKANTI_URL,
+            published, model, "GB", "formula")
+    for key, name, h, a, published in (("gpt3", "GPT-3 175B", 12288, 96, 70.0),
+                                       ("mtnlg", "MT-NLG 530B", 20480, 128, 65.0)):
+        shape = dict(gpt3, hidden=h, heads=a, kv_heads=a, ffn_hidden=4 * h, tp=8)
+        saved = 1 - activation_bytes_per_layer(Config(**shape, recompute="selective")) / \
+            activation_bytes_per_layer(Config(**shape))
+        row(f"selective_saved.{key}", f"activation memory saved by selective recomputation, {name}", "Korthikanti et al., section 4.2",
+            KORTHIKANTI_URL, published, 100 * saved, "%")
+    gpt3_cfg = Config(**gpt3)
+    extra = flops_per_token(dataclasses.replace(gpt3_cfg, recompute="selective"))["attention"] / 3.0
+    layer_forward = (2.0 * layer_params(gpt3_cfg) + 4.0 * gpt3_cfg.hidden * gpt3_cfg.seq_len) * gpt3_cfg.layers
+    row("selective_flops.gpt3", "selective recomputation FLOPs over a forward pass, GPT-3 175B", "Korthikanti et al., section 4.2",
+        KORTHIKANTI_URL, 2.7, 100 * extra / layer_forward, "%")
+    # nccl-tests: busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter
+    for kind, factor in (("all_reduce", 2 * 7 / 8), ("all_gather", 7 / 8), ("reduce_scatter", 7 / 8)):
+        n_bytes, busbw = 1e9, 450e9
+        published = n_bytes / (busbw / factor) * 1e3  # time = size / algbw, algbw = busbw / factor
+        model = collective_time(kind, n_bytes, 8, 0.0, 1.0 / busbw) * 1e3
+        row(f"nccl.{kind}", f"{kind.replace('_', '-')} of 1 GB on 8 GPUs at 450 GB/s bus bandwidth", "nccl-tests PERFORMANCE.md",
+            NCCL_TESTS_URL, published, model, "ms", "formula")
+    # Megatron-LM: FLOP count (eq. 3), the calibration (Table 1) and an out-of-sample check (Table 2)
+    last = MEGATRON_TABLE1[-1]
+    cfg = megatron_config(last)
+    published = megatron_eq3_flops(last[7], 2048, last[3], last[2], 51200)
+    row("megatron.eq3_1t", "FLOPs of one iteration, 1T model, batch 3072 (eq. 3)", "Narayanan et al. 2021, eq. 3", MEGATRON_URL,
+        published / 1e21, step_time(cfg)["flops"] / 1e21, "ZFLOP", "formula")
+    for table, rows_in, kind in (("Table 1", MEGATRON_TABLE1, "calibration"), ("Table 2", MEGATRON_TABLE2_PTDP,
+                                                                              "validation")):
+        for r in rows_in:
+            row(f"megatron.{'t1' if kind == 'calibration' else 't2'}.{r[6]}gpu", f"TFLOP/s per GPU, {r[0]:g}B on {r[6]} A100s (TP {r[4]}, PP {r[5]}, batch {r[7]})",
+                f"Narayanan et al. 2021, {table}", MEGATRON_URL, float(r[-1]), achieved_tflops(megatron_config(r)),
+                "TFLOP/s", kind)
+    for r in rows:
+        r["difference"] = (r["model"] - r["published"]) / r["published"]
+    return rows
 
 
 # -- choosing a layout, and the assumptions as text --------------------------------------------------
@@ -543,10 +782,16 @@ def assumptions_text(cfg=None) -> str:
     c = as_config(cfg if cfg is not None else Config())
     lines = ["Named parameters (Config fields; value: why)"]
     for name, (unit, why) in ASSUMPTIONS.items():
-        lines.append(f"- {name} = {getattr(c, name)}{' ' + unit if unit and unit != 'fraction of peak' else ''}: {why}")
+        value = getattr(c, name)
+        if name == "compute_efficiency" and value is None:
+            value = f"None (calibrated: {efficiency(c):.3f} at hidden {c.hidden})"
+        lines.append(f"- {name} = {value}{' ' + unit if unit and unit != 'fraction of peak' else ''}: {why}")
     lines.append("")
     lines.append("Fixed modelling assumptions")
     lines.extend(f"- {text}" for text in FIXED_ASSUMPTIONS)
+    lines.append("")
+    lines.append("Compute efficiency calibration (Narayanan et al. 2021, Table 1; hidden size: fitted efficiency)")
+    lines.append("- " + ", ".join(f"{h}: {e:.4f}" for h, e in EFFICIENCY_BY_HIDDEN))
     lines.append("")
     lines.append("Link presets and their sources")
     lines.extend(f"- {key}: {link.name}, {link.bandwidth_gbs:g} GB/s per direction, alpha {link.alpha_us:g} us. "

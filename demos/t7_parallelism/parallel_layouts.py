@@ -1,10 +1,11 @@
 # %% [markdown]
-# # TP vs PP at a fixed size: every layout of 64 H100s for a 70B model
+# # TP vs PP at a fixed size: every layout of 64 H100s for Llama-2-70B
 #
 # With the GPU count fixed, the layout (tensor-parallel x pipeline-parallel x data-parallel) decides
 # where a training step's time goes: TP's all-reduces in every layer, PP's point-to-point sends and
 # its bubble, DP's gradient exchange. This demo evaluates every way to split 64 GPUs (8 nodes of 8)
-# into TP x PP x DP for the 70B model, with the alpha-beta and memory cost model of
+# into TP x PP x DP for Llama-2-70B (80 layers, hidden 8192, 64 heads sharing 8 KV heads, SwiGLU
+# width 28672: 69.0 B parameters), with the alpha-beta and memory cost model of
 # `demos/common/cluster_model.py` (the projection of `scale_model.py`, the calculator on the topic
 # page), and lists whether each layout fits in 80 GB and where its projected time goes.
 #
@@ -15,14 +16,15 @@
 # twice the microbatches of TP 8 x DP 8, each with the same all-reduces.
 #
 # Pure arithmetic: no collective runs here, and the numbers are the same on every machine. Every
-# assumption (link speeds from the datasheets, compute efficiency, ...) is printed in the
+# assumption (link speeds from the datasheets, the compute efficiency calibrated on Megatron-LM's
+# published runs, ...) is printed in the
 # `assumptions` artifact of `scale_model`.
 
 # %%
 from demos.common import cluster_model
 from demos.harness.run import start
 
-run = start("parallel_layouts", title="TP vs PP at a fixed size: every layout of 64 H100s for a 70B model",
+run = start("parallel_layouts", title="TP vs PP at a fixed size: every layout of 64 H100s for Llama-2-70B",
             sizes={"tiny": 64, "small": 64, "full": 64})  # GPUs (the same at every size: no measurement)
 LAYOUT_GPUS = run.sizes
 GLOBAL_BATCH = 1024  # sequences of 4096 tokens: a 4M-token batch, as in scale_model's projection
@@ -41,7 +43,7 @@ for cfg in cluster_model.candidate_layouts("70B", LAYOUT_GPUS, GLOBAL_BATCH, max
     mem, step = cluster_model.memory_per_gpu(cfg), cluster_model.step_time(cfg)
     layout_rows.append((step["total_s"] if mem["fits"] else float("inf"), cfg, mem, step))
 layout_rows.sort(key=lambda row: (row[0], row[1].tp * row[1].pp))
-run.table("layouts_70B_64gpu", f"70B on {LAYOUT_GPUS} H100s: every TP x PP x DP layout (4M-token batch, ZeRO-1, "
+run.table("layouts_70B_64gpu", f"Llama-2-70B on {LAYOUT_GPUS} H100s: every TP x PP x DP layout (4M-token batch, ZeRO-1, "
           "selective recomputation), fastest first; TP 16 spans two nodes",
           ["TPxPPxDP", "m", "memory (GB)", "fits", "compute (s)", "TP comm", "PP comm", "DP comm", "bubble",
            "total (s)"],

@@ -242,9 +242,9 @@ run.table("projection", "Llama-2 shapes, mixed-precision AdamW, one 4096-token s
 # ## FSDP on 64 GPUs: the cluster model's view of one step
 #
 # The project's cost model (`demos/common/cluster_model.py`: alpha-beta collectives, H100 SXM and
-# NDR InfiniBand link figures from their datasheets, 50% compute efficiency ASSUMED; its
-# assumptions are printed in its own record) for a 70B GPT-shaped model (12 L h^2 + V h parameters,
-# a little below Llama-2's count) on 8 nodes of 8 GPUs, 4096-token sequences, a global batch of 512
+# NDR InfiniBand link figures from their datasheets, a compute efficiency calibrated on Megatron-LM's
+# published runs; its assumptions are printed in its own record) for Llama-2-70B (the same shape as
+# the projection above) on 8 nodes of 8 GPUs, 4096-token sequences, a global batch of 512
 # sequences (2M tokens). Layouts: FSDP (ZeRO-3) over all 64 with selective or full recomputation;
 # TP 8 inside each node (sequence parallel) with ZeRO-1 or ZeRO-3 over the 8 nodes. "exposed": no
 # overlap of data-parallel traffic; "overlap": hidden behind backward where the model allows it.
@@ -277,4 +277,9 @@ run.table("design", "70B on 64 H100s (cluster model, per GPU, one step of 2M tok
 run.artifact("cluster_model_assumptions", cm.assumptions_text())
 run.check("llama2_7B.params", abs(llama2_params(**LLAMA2["7B"]) - 6.738e9) < 1e6,
           "6.738 B, the count the released 7B checkpoint has")
+for name, shape in LLAMA2.items():  # the cluster model's presets are the same shapes (it leaves out norm weights)
+    norms = shape["layers"] * 2 * shape["h"] + shape["h"]
+    run.check(f"llama2_{name}.cluster_model_params", cm.config_params(cm.MODELS[name]) == llama2_params(**shape) - norms,
+              f"cluster_model preset {cm.MODEL_NAMES[name]}: {cm.config_params(cm.MODELS[name]):,.0f} parameters + "
+              f"{norms:,} norm weights")
 run.save()

@@ -10,13 +10,15 @@
 //   bubble(cfg)         -> ParallelCalc.bubble(cfg)
 //   step_time(cfg)      -> ParallelCalc.stepTime(cfg)
 //   problem(cfg)        -> ParallelCalc.problem(cfg)   ("" when valid, else the same one-line message)
-//   params_count, activation_bytes_per_layer, microbatches_in_flight, collective_time,
-//   bytes_sent_per_rank -> paramsCount, activationBytesPerLayer, microbatchesInFlight, collectiveTime,
-//   bytesSentPerRank
-// cfg is a plain object with the Python Config's field names (snake_case: layers, hidden, heads, vocab,
+//   params_count, config_params, flops_per_token, calibrated_efficiency, activation_bytes_per_layer,
+//   microbatches_in_flight, collective_time, bytes_sent_per_rank -> paramsCount, configParams, flopsPerToken,
+//   calibratedEfficiency, activationBytesPerLayer, microbatchesInFlight, collectiveTime, bytesSentPerRank
+// cfg is a plain object with the Python Config's field names (snake_case: layers, hidden, heads, kv_heads,
+// ffn_hidden, gated_mlp, tied_embeddings, vocab,
 // seq_len, microbatch_size, microbatches, tp, pp, dp, zero_stage, sequence_parallel, recompute, schedule,
 // interleave, overlap_dp, gpus_per_node, gpu_memory_gb, peak_tflops, compute_efficiency,
-// intra_bandwidth_gbs, intra_alpha_us, inter_bandwidth_gbs, inter_alpha_us); missing fields take the
+// intra_bandwidth_gbs, intra_alpha_us, inter_bandwidth_gbs, inter_alpha_us; compute_efficiency null means
+// calibrated, as None does in Python); missing fields take the
 // Config defaults (ParallelCalc.DEFAULTS). The results have the Python dicts' keys. An invalid
 // configuration throws an Error whose message is the one Python's ValueError carries.
 //
@@ -32,24 +34,31 @@
     ib_ndr400: { name: "InfiniBand NDR 400 Gb/s, one NIC per GPU", bandwidth_gbs: 50.0, alpha_us: 5.0 },
   };
 
+  // Llama-2-7B and Llama-2-70B (cluster_model.MODELS)
   const MODELS = {
-    "7B": { layers: 32, hidden: 4096, heads: 32, vocab: 32000 },
-    "70B": { layers: 80, hidden: 8192, heads: 64, vocab: 32000 },
+    "7B": { layers: 32, hidden: 4096, heads: 32, kv_heads: 32, ffn_hidden: 11008, gated_mlp: true,
+      tied_embeddings: false, vocab: 32000 },
+    "70B": { layers: 80, hidden: 8192, heads: 64, kv_heads: 8, ffn_hidden: 28672, gated_mlp: true,
+      tied_embeddings: false, vocab: 32000 },
   };
 
+  // cluster_model.EFFICIENCY_BY_HIDDEN: compute efficiency fitted to Megatron-LM's Table 1, by hidden size
+  const EFFICIENCY_BY_HIDDEN = [[2304, 0.4431], [3072, 0.4686], [4096, 0.5258], [6144, 0.5357], [8192, 0.5271], [10240, 0.5368], [12288, 0.5653], [16384, 0.5951], [20480, 0.6265], [25600, 0.6188]];
+
   const DEFAULTS = {
-    layers: 32, hidden: 4096, heads: 32, vocab: 32000,
+    layers: 32, hidden: 4096, heads: 32, kv_heads: 32, ffn_hidden: 11008, gated_mlp: true, tied_embeddings: false,
+    vocab: 32000,
     seq_len: 4096, microbatch_size: 1, microbatches: 8,
     tp: 1, pp: 1, dp: 1, zero_stage: 0, sequence_parallel: true, recompute: "none", schedule: "1f1b",
     interleave: 1, overlap_dp: false,
-    gpus_per_node: 8, gpu_memory_gb: 80.0, peak_tflops: 989.0, compute_efficiency: 0.5,
+    gpus_per_node: 8, gpu_memory_gb: 80.0, peak_tflops: 989.0, compute_efficiency: null,
     intra_bandwidth_gbs: LINKS.nvlink4_h100.bandwidth_gbs, intra_alpha_us: LINKS.nvlink4_h100.alpha_us,
     inter_bandwidth_gbs: LINKS.ib_ndr400.bandwidth_gbs, inter_alpha_us: LINKS.ib_ndr400.alpha_us,
   };
 
   const RECOMPUTE = ["none", "selective", "full"];
   const SCHEDULES = ["1f1b", "gpipe"];
-  const WHOLE_FIELDS = ["layers", "hidden", "heads", "vocab", "seq_len", "microbatch_size", "microbatches",
+  const WHOLE_FIELDS = ["layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "microbatch_size", "microbatches",
     "tp", "pp", "dp", "interleave", "gpus_per_node"];
   const POSITIVE_FIELDS = ["gpu_memory_gb", "peak_tflops", "intra_bandwidth_gbs", "inter_bandwidth_gbs"];
   const NON_NEGATIVE_FIELDS = ["intra_alpha_us", "inter_alpha_us"];
@@ -92,16 +101,20 @@
     for (const name of NON_NEGATIVE_FIELDS) {
       if (!(isNumber(c[name]) && c[name] >= 0)) return `${name} must be a number >= 0`;
     }
-    if (!(isNumber(c.compute_efficiency) && c.compute_efficiency > 0 && c.compute_efficiency <= 1)) {
-      return "compute_efficiency must be in (0, 1]";
+    if (c.compute_efficiency !== null &&
+        !(isNumber(c.compute_efficiency) && c.compute_efficiency > 0 && c.compute_efficiency <= 1)) {
+      return "compute_efficiency must be in (0, 1] (or empty: calibrated)";
     }
     if (![0, 1, 2, 3].includes(c.zero_stage)) return "zero_stage must be 0, 1, 2 or 3";
     if (!RECOMPUTE.includes(c.recompute)) return "recompute must be none, selective or full";
     if (!SCHEDULES.includes(c.schedule)) return "schedule must be 1f1b or gpipe";
-    for (const name of ["sequence_parallel", "overlap_dp"]) {
+    for (const name of ["sequence_parallel", "overlap_dp", "gated_mlp", "tied_embeddings"]) {
       if (typeof c[name] !== "boolean") return `${name} must be true or false`;
     }
     if (c.hidden % c.heads) return "hidden must be divisible by heads";
+    if (c.heads % c.kv_heads) {
+      return "heads must be divisible by kv_heads (each KV head serves a whole group of query heads)";
+    }
     if (c.heads % c.tp) return "heads must be divisible by tp (tensor parallelism splits the attention heads)";
     if (c.layers % (c.pp * c.interleave)) {
       return "layers must be divisible by pp x interleave (whole layers on every stage)";
@@ -127,6 +140,21 @@
     return 12.0 * layers * hidden * hidden + vocab * hidden;
   }
 
+  function layerParams(c) {
+    const kvDim = c.hidden * c.kv_heads / c.heads;
+    const mlpMatrices = c.gated_mlp ? 3.0 : 2.0;
+    return 2.0 * c.hidden * c.hidden + 2.0 * c.hidden * kvDim + mlpMatrices * c.hidden * c.ffn_hidden;
+  }
+
+  function embeddingParams(c) {
+    return (c.tied_embeddings ? 1.0 : 2.0) * c.vocab * c.hidden;
+  }
+
+  function configParams(cfg) {
+    const c = asConfig(cfg);
+    return c.layers * layerParams(c) + embeddingParams(c);
+  }
+
   function activationBytesPerLayer(c) {
     const sbh = c.seq_len * c.microbatch_size * c.hidden;
     const t = c.tp;
@@ -146,7 +174,7 @@
 
   function memoryPerGpu(cfg) {
     const c = checked(cfg);
-    const paramsTotal = paramsCount(c.layers, c.hidden, c.vocab);
+    const paramsTotal = configParams(c);
     const paramsPerGpu = paramsTotal / (c.tp * c.pp);
     const weights = WEIGHT_BYTES * paramsPerGpu / (c.zero_stage >= 3 ? c.dp : 1);
     const grads = GRAD_BYTES * paramsPerGpu / (c.zero_stage >= 2 ? c.dp : 1);
@@ -192,7 +220,7 @@
   // Every communication of one step for one GPU: [count, kind, bytes n, group size, link, NICs].
   function parts(c) {
     const sbh = c.seq_len * c.microbatch_size * c.hidden;
-    const paramsPerGpu = paramsCount(c.layers, c.hidden, c.vocab) / (c.tp * c.pp);
+    const paramsPerGpu = configParams(c) / (c.tp * c.pp);
     const m = c.microbatches;
     const tpLink = link(c, c.tp, 1), ppLink = link(c, c.pp, c.tp), dpLink = link(c, c.dp, c.tp * c.pp);
     const tpNics = nics(c, c.tp, 1), dpNics = nics(c, c.dp, c.tp * c.pp);
@@ -250,14 +278,39 @@
     return { over_ideal: (c.pp - 1) / vM, fraction: (c.pp - 1) / (vM + c.pp - 1) };
   }
 
+  function flopsPerToken(cfg) {
+    const c = asConfig(cfg);
+    const inputEmbedding = c.tied_embeddings ? 0.0 : c.vocab * c.hidden;
+    const attention = 12.0 * c.layers * c.hidden * c.seq_len;
+    const model = 6.0 * (configParams(c) - inputEmbedding) + attention;
+    let extra = 0.0;
+    if (c.recompute === "full") extra = 2.0 * c.layers * layerParams(c) + attention / 3.0;
+    else if (c.recompute === "selective") extra = attention / 3.0;
+    return { model: model, hardware: model + extra, attention: attention };
+  }
+
+  function calibratedEfficiency(hidden) {
+    const table = EFFICIENCY_BY_HIDDEN;
+    if (hidden <= table[0][0]) return table[0][1];
+    for (let i = 0; i + 1 < table.length; i++) {
+      const [h0, e0] = table[i], [h1, e1] = table[i + 1];
+      if (hidden <= h1) return e0 + (e1 - e0) * (hidden - h0) / (h1 - h0);
+    }
+    return table[table.length - 1][1];
+  }
+
+  function efficiency(c) {
+    return c.compute_efficiency === null ? calibratedEfficiency(c.hidden) : c.compute_efficiency;
+  }
+
   function stepTime(cfg) {
     const c = checked(cfg);
     const gpus = c.tp * c.pp * c.dp;
-    const paramsTotal = paramsCount(c.layers, c.hidden, c.vocab);
     const tokens = c.microbatches * c.microbatch_size * c.seq_len * c.dp;
-    const flopsPerParamToken = c.recompute === "full" ? 8.0 : 6.0;
-    const flops = flopsPerParamToken * paramsTotal * tokens;
-    const compute = flops / (gpus * c.peak_tflops * 1e12 * c.compute_efficiency);
+    const perToken = flopsPerToken(c);
+    const flops = perToken.hardware * tokens;
+    const eff = efficiency(c);
+    const compute = flops / (gpus * c.peak_tflops * 1e12 * eff);
     const all = parts(c);
     const tpS = seconds(c, all.tp[0]);
     const ppS = seconds(c, all.pp[0]);
@@ -272,11 +325,13 @@
     }
     const bubbleS = (compute + tpS) * bubble(c).over_ideal;
     const total = compute + tpS + ppS + dpExposed + bubbleS;
-    const usefulFlops = 6.0 * paramsTotal * tokens;
+    const peak = total * gpus * c.peak_tflops * 1e12;
     return {
       gpus: gpus,
       tokens: tokens,
       flops: flops,
+      model_flops: perToken.model * tokens,
+      compute_efficiency: eff,
       compute_s: compute,
       tp_comm_s: tpS,
       pp_comm_s: ppS,
@@ -285,14 +340,16 @@
       bubble_s: bubbleS,
       total_s: total,
       tokens_per_s: tokens / total,
-      mfu: usefulFlops / (total * gpus * c.peak_tflops * 1e12),
+      mfu: perToken.model * tokens / peak,
+      hfu: flops / peak,
     };
   }
 
   // -- the form on the page (docs/includes/parallel-calculator.html) ---------------------------------
   const FORM_ID = "parallel-calculator";
   const INPUTS = {  // config field -> element id, for the numeric inputs
-    layers: "pc-layers", hidden: "pc-hidden", heads: "pc-heads", vocab: "pc-vocab",
+    layers: "pc-layers", hidden: "pc-hidden", heads: "pc-heads", kv_heads: "pc-kv-heads", ffn_hidden: "pc-ffn-hidden",
+    vocab: "pc-vocab",
     seq_len: "pc-seq-len", microbatch_size: "pc-microbatch-size", microbatches: "pc-microbatches",
     tp: "pc-tp", pp: "pc-pp", interleave: "pc-interleave", gpus_per_node: "pc-gpus-per-node",
     gpu_memory_gb: "pc-gpu-memory", peak_tflops: "pc-peak-tflops", compute_efficiency: "pc-compute-efficiency",
@@ -322,6 +379,9 @@
     cfg.schedule = $("pc-schedule").value;
     cfg.sequence_parallel = $("pc-sequence-parallel").checked;
     cfg.overlap_dp = $("pc-overlap-dp").checked;
+    cfg.gated_mlp = $("pc-gated-mlp").checked;
+    cfg.tied_embeddings = $("pc-tied-embeddings").checked;
+    if (($("pc-compute-efficiency").value || "").trim() === "") cfg.compute_efficiency = null;  // calibrated
     return { cfg: cfg, gpus: numberFrom($("pc-gpus")) };
   }
 
@@ -365,7 +425,8 @@
       "pc-step-pp": fmtS(step.pp_comm_s),
       "pc-step-dp": `${fmtS(step.dp_exposed_s)} exposed of ${fmtS(step.dp_comm_s)}`,
       "pc-step-bubble": fmtS(step.bubble_s),
-      "pc-step-mfu": fmtPct(step.mfu),
+      "pc-step-mfu": `${fmtPct(step.mfu)} (compute efficiency ${fmtPct(step.compute_efficiency)}` +
+        `${cfg.compute_efficiency === null ? ", calibrated" : ""})`,
       "pc-step-tokens": `${Math.round(step.tokens).toLocaleString("en-US")} tokens, ` +
         `${Math.round(step.tokens_per_s).toLocaleString("en-US")} tokens/s`,
     };
@@ -378,10 +439,15 @@
   function setPreset(root, selectId, presets, fields) {
     const choice = presets[root.querySelector(`#${selectId}`).value];
     if (!choice) return;
-    for (const [field, id] of Object.entries(fields)) root.querySelector(`#${id}`).value = String(choice[field]);
+    for (const [field, id] of Object.entries(fields)) {
+      const el = root.querySelector(`#${id}`);
+      if (typeof choice[field] === "boolean") el.checked = choice[field];
+      else el.value = String(choice[field]);
+    }
   }
 
-  const MODEL_FIELDS = { layers: "pc-layers", hidden: "pc-hidden", heads: "pc-heads", vocab: "pc-vocab" };
+  const MODEL_FIELDS = { layers: "pc-layers", hidden: "pc-hidden", heads: "pc-heads", kv_heads: "pc-kv-heads",
+    ffn_hidden: "pc-ffn-hidden", gated_mlp: "pc-gated-mlp", tied_embeddings: "pc-tied-embeddings", vocab: "pc-vocab" };
   const INTRA_FIELDS = { bandwidth_gbs: "pc-intra-bandwidth", alpha_us: "pc-intra-alpha" };
   const INTER_FIELDS = { bandwidth_gbs: "pc-inter-bandwidth", alpha_us: "pc-inter-alpha" };
 
@@ -406,9 +472,9 @@
   }
 
   window.ParallelCalc = {
-    DEFAULTS, MODELS, LINKS, FEATURES,
+    DEFAULTS, MODELS, LINKS, FEATURES, EFFICIENCY_BY_HIDDEN,
     problem, memoryPerGpu, commVolume, bubble, stepTime,
-    paramsCount, collectiveTime, bytesSentPerRank,
+    paramsCount, configParams, flopsPerToken, calibratedEfficiency, collectiveTime, bytesSentPerRank,
     activationBytesPerLayer: (cfg) => activationBytesPerLayer(checked(cfg)),
     microbatchesInFlight: (cfg) => microbatchesInFlight(checked(cfg)),
     start,
