@@ -149,13 +149,13 @@ def best_time(fn: Callable[[], object], sync: Callable[[], None], budget_s: floa
         sync()
         dt = time.perf_counter() - t0
         best, spent = min(best, dt), spent + dt
-        if spent > budget_s and _ >= 2:
+        if spent > budget_s and _ >= 1:
             break
     return best
 
 
 def speed_ratio(attempt: Callable[[], object], baseline: Callable[[], object], device: str,
-                rounds: int = 5) -> tuple[float, float, float]:
+                limit: float = float("inf"), rounds: int = 5) -> tuple[float, float, float]:
     """Attempt time / baseline time, measured in the same run, interleaved over a few rounds (best of each)."""
     import torch
 
@@ -168,6 +168,8 @@ def speed_ratio(attempt: Callable[[], object], baseline: Callable[[], object], d
         for _ in range(rounds):
             ta = min(ta, best_time(attempt, sync))
             tb = min(tb, best_time(baseline, sync))
+            if ta / tb > 3 * limit:  # far over the limit: more rounds cannot change the verdict
+                break
     finally:
         torch.set_num_threads(threads)
     return ta / tb, ta, tb
@@ -175,7 +177,7 @@ def speed_ratio(attempt: Callable[[], object], baseline: Callable[[], object], d
 
 def speed_check(g: Grader, name: str, attempt, baseline, baseline_name: str, limit: float) -> bool:
     def fn():
-        ratio, ta, tb = speed_ratio(attempt, baseline, g.device)
+        ratio, ta, tb = speed_ratio(attempt, baseline, g.device, limit)
         verdict = "within" if ratio <= limit else "over"
         return ratio <= limit, (f"{ta * 1e3:.3g} ms vs {tb * 1e3:.3g} ms for {baseline_name}: {ratio:.2f}x, "
                                 f"{verdict} the {limit:g}x limit")
