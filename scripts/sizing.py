@@ -390,11 +390,12 @@ def practice_cards(to_html, url_dir: str, page: str = "sizing") -> list[dict]:
         topic, title = titles.get(p.topic, ("", p.topic))
         body = render_problem(p).split("\n", 1)[1]  # without the heading
         question_md, answer_md = body.split('??? success "Answer"', 1)
+        question_md = re.sub(r"^\*[a-z]+ · topic: .*\*$", "", question_md, count=1, flags=re.M)  # the card shows both
         answer_md = "\n".join(line[4:] if line.startswith("    ") else line for line in answer_md.splitlines())
         cards.append({"id": f"sizing-{p.id}", "kind": "sizing", "topic": topic, "topic_title": title,
                       "difficulty": p.difficulty, "url": f"{url}#{p.id}", "measured": "",
-                      "question": f"<strong>{html.escape(p.title)}</strong>" + to_html(
+                      "question": f"<strong>{html.escape(p.title)}</strong>" + '<div class="mm-card-detail">' + to_html(
                           question_md.replace("](topics/", f"]({posixpath.relpath('topics', url_dir or '.')}/")
-                          .replace(".md)", "/)"), None),
+                          .replace(".md)", "/)"), None) + "</div>",
                       "answer": to_html(answer_md, None)})
     return cards

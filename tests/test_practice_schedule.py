@@ -147,4 +147,4 @@ def test_sizing_problems_become_cards():
     assert card["kind"] == "sizing" and card["topic"] == "T6"
     assert card["url"] == "../sizing/#kv_llama2_70b"
     assert "1.342 GB" in card["answer"] and "1.342" not in card["question"]  # the answer stays on the back
-    assert "](../topics/attention-and-serving/)" in card["question"]
+    assert "topic:" not in card["question"] and "Llama 2 paper" in card["question"]  # the given figures, cited
