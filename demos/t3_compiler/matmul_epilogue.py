@@ -158,7 +158,7 @@ run.metric("separate.ms", base * 1e3, "ms", label="separate: matmul, bias add, G
 # Rates without a ceiling fraction: at a K this small the library matmul is far from its peak, and the
 # epilogue's rate is set by the erf arithmetic on a CPU; the numbers say how fast each part ran, nothing more.
 run.metric("matmul.tflops", flops / steps["matmul"].median_s / 1e12, "TFLOP/s",
-           dtype="bf16" if run.device.is_gpu else "fp32",
+           dtype=str(dtype).removeprefix("torch."),
            label="the matmul alone")
 run.metric("epilogue.gbps", epilogue_bytes / epilogue_s / 1e9, "GB/s", kind="memory",
            cache_resident=run.cache_resident(2 * M * N * x.element_size()),
