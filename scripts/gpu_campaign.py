@@ -121,6 +121,10 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                          "devices is recorded not run)"),
     "parallel_layouts": (5, "a cost-model table: no device work"),
     "pipeline_interleaved": (45, "3 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms"),
+    "pipeline_real_compute": (5, "its stages are CPU processes over gloo: on a GPU run it records 'needs 2 GPUs' "
+                                 "and exits"),
+    "zero_stages": (30, "without torchrun it records 'needs 2 GPUs'; under torchrun 4 variants x a few Adam steps "
+                        "of a 6 x 257 MLP over NCCL"),
     "pipeline_parallel": (60, "5 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms, GPipe and 1F1B"),
     "scale_model": (40, "gloo all-reduce sweep on the host at 2, 4 and 8 processes (9 message sizes) to fit alpha "
                         "and beta; the model itself is arithmetic"),

@@ -42,6 +42,7 @@ run = start("batch_scaling", title="Learning rate vs global batch, and gradient 
 cfg, B, BASE_STEPS = run.sizes["cfg"], run.sizes["b"], run.sizes["tokens_steps"]
 dev = run.torch_device
 MAX_NORM = 0.5
+import torch._dynamo  # noqa: E402,F401  DDP imports it on first use: import it once, before the ranks fork
 
 # %% [markdown]
 # ## Learning rate as the global batch grows, on real data-parallel ranks
