@@ -322,7 +322,8 @@ def exercise_cards(url_dir: str, docs: Path = DOCS) -> list[dict]:
             meta, body = {}, text
         heading = re.search(r"^#\s+(.+)$", body, re.M)
         title = str(meta.get("title") or (heading.group(1).strip() if heading else path.stem))
-        topic_page = str(meta.get("topic_page") or meta.get("page") or "")
+        linked = re.search(r"topics/([a-z0-9-]+)\.md", body)  # else the first topic page the exercise links to
+        topic_page = str(meta.get("topic_page") or meta.get("page") or (linked.group(1) if linked else ""))
         topic, topic_title = titles.get(f"topics/{topic_page.removesuffix('.md').split('/')[-1]}.md", ("", "Coding exercises"))
         url = posixpath.relpath(f"exercises/{path.stem}", url_dir or ".") + "/"
         cards.append({"id": "exercise-" + path.stem, "kind": "exercise", "topic": topic, "topic_title": topic_title,

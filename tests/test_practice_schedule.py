@@ -148,3 +148,24 @@ def test_sizing_problems_become_cards():
     assert card["url"] == "../sizing/#kv_llama2_70b"
     assert "1.342 GB" in card["answer"] and "1.342" not in card["question"]  # the answer stays on the back
     assert "topic:" not in card["question"] and "Llama 2 paper" in card["question"]  # the given figures, cited
+
+
+def test_exercise_pages_become_link_only_cards(tmp_path):
+    from scripts import site_pages
+
+    docs = tmp_path / "docs"
+    (docs / "topics").mkdir(parents=True)
+    (docs / "exercises").mkdir()
+    (docs / "exercises" / "index.md").write_text("# Exercises\n", encoding="utf-8")
+    (docs / "exercises" / "ring_all_reduce.md").write_text(
+        "---\ntitle: Ring all-reduce from send/recv\ndifficulty: hard\n---\n\n# Ring all-reduce\n\n"
+        "Belongs to [parallelism](../topics/parallelism.md).\n", encoding="utf-8")
+    (docs / "exercises" / "plain.md").write_text("# A plain exercise\n", encoding="utf-8")
+    cards = site_pages.exercise_cards("practice", docs)
+    assert [c["id"] for c in cards] == ["exercise-plain", "exercise-ring_all_reduce"]
+    ring = cards[1]
+    assert ring["kind"] == "exercise" and ring["difficulty"] == "hard"
+    assert ring["question"] == "Coding exercise: Ring all-reduce from send/recv"
+    assert ring["url"] == "../exercises/ring_all_reduce/"
+    assert cards[0]["question"] == "Coding exercise: A plain exercise"
+    assert site_pages.exercise_cards("practice", tmp_path / "nowhere") == []
