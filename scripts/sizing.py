@@ -393,7 +393,7 @@ def practice_cards(to_html, url_dir: str, page: str = "sizing") -> list[dict]:
         question_md = re.sub(r"^\*[a-z]+ · topic: .*\*$", "", question_md, count=1, flags=re.M)  # the card shows both
         answer_md = "\n".join(line[4:] if line.startswith("    ") else line for line in answer_md.splitlines())
         cards.append({"id": f"sizing-{p.id}", "kind": "sizing", "topic": topic, "topic_title": title,
-                      "difficulty": p.difficulty, "url": f"{url}#{p.id}", "measured": "",
+                      "difficulty": p.difficulty, "url": url, "anchor": p.id, "measured": "",
                       "question": f"<strong>{html.escape(p.title)}</strong>" + '<div class="mm-card-detail">' + to_html(
                           question_md.replace("](topics/", f"]({posixpath.relpath('topics', url_dir or '.')}/")
                           .replace(".md)", "/)"), None) + "</div>",

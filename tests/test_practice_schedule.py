@@ -145,7 +145,7 @@ def test_sizing_problems_become_cards():
     assert len(cards) == len(sizing.load_problems())
     card = next(c for c in cards if c["id"] == "sizing-kv_llama2_70b")
     assert card["kind"] == "sizing" and card["topic"] == "T6"
-    assert card["url"] == "../sizing/#kv_llama2_70b"
+    assert card["url"] == "../sizing/" and card["anchor"] == "kv_llama2_70b"  # the page's URL, then its problem
     assert "1.342 GB" in card["answer"] and "1.342" not in card["question"]  # the answer stays on the back
     assert "topic:" not in card["question"] and "Llama 2 paper" in card["question"]  # the given figures, cited
 

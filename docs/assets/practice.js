@@ -150,7 +150,8 @@
       $("mm-card-question").innerHTML = c.question; // escaped at build time
       const measured = c.measured ? `<div class="mm-card-measured"><strong>Measured:</strong> ${c.measured}</div>` : "";
       const link = c.kind === "sizing" ? "Worked problem on the sizing page →" : c.kind === "exercise" ? "Open the exercise →" : "Full answer and measurements →";
-      answer.innerHTML = measured + c.answer + `<p><a href="${c.url}">${link}</a></p>`; // built from the site's own pages
+      const href = c.url + (c.anchor ? `#${c.anchor}` : "");
+      answer.innerHTML = measured + c.answer + `<p><a href="${href}">${link}</a></p>`; // built from the site's own pages
       $("mm-known").textContent = known.has(c.id) ? "Mark not known" : "Mark known";
       for (const g of GRADES) {
         const button = $(`mm-grade-${g}`);
