@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Batching under load: static vs continuous, driven by a real model's step times
+# # Batching under load: static, dynamic and continuous, driven by a real model's step times
 #
 # A decode step reads the model's weights (and runs its kernels) once, however many sequences it
 # advances, so a step over 16 sequences costs far less than 16 steps over one. Batching buys
@@ -9,10 +9,14 @@
 # batching**, as in Orca and vLLM, revisits the batch at every decode step: finished requests leave
 # and waiting ones join at once (their prefill runs in that iteration).
 #
+# **Dynamic (server-side) batching** sits between them: it collects requests until the batch is
+# full or the oldest has waited a timeout, then runs the group as a static batch.
+#
 # This demo measures the trained model's prefill and decode step times at several batch sizes,
 # then feeds them to a discrete-event simulation of a server receiving Poisson arrivals, at several
-# loads, under both policies. It reports latency percentiles, time to first token (TTFT) and
-# throughput, and checks the simulator's bookkeeping with Little's law.
+# loads, under all three policies (dynamic batching with three timeouts). It reports latency
+# percentiles, time to first token (TTFT), time per output token (TPOT) and throughput, and checks
+# the simulator's bookkeeping with Little's law.
 
 # %%
 import math
@@ -27,7 +31,7 @@ from demos.t6_inference._serving import REQUEST_MIX, Server, output_lengths
 
 run = start(
     "batching",
-    title="Static vs continuous batching under Poisson load, from measured step times",
+    title="Static, dynamic and continuous batching under Poisson load, from measured step times",
     sizes=REQUEST_MIX,  # (batch sizes measured, prompt length, output lengths (min, max), requests per simulation)
     cpu_threads=1,
 )
@@ -140,7 +144,8 @@ def interpolate(table: dict, b: int) -> float:
 # server holds at most `b_max` sequences. A request's **TTFT** is from its arrival to the end of
 # the prefill that produced its first token; its **latency** is from arrival to its last token
 # (for static batching that is generous: it is counted done at its own last token, though its slot
-# stays busy until the batch ends). While time advances, the simulator integrates the number of
+# stays busy until the batch ends); its **TPOT** is the time from its first token to its last over
+# the tokens in between. While time advances, the simulator integrates the number of
 # requests in the system (waiting + running) from its own state, for the Little's-law check.
 
 # %%

@@ -152,6 +152,8 @@ paged = PagedKVCache(alloc, pool_blocks, list(range(n_seq)), torch.float32)
 paged_logits, paged_tokens = greedy(paged, n_new)
 run.check_close("paged_equals_contiguous.logits", paged_logits, ref_logits, rtol=1e-4, atol=1e-4,
                 reference_name="the contiguous KVCache")
+run.metric("equality.max_abs_logit_diff", float((paged_logits - ref_logits).abs().max()), "logit",
+           label="largest |logit difference| between paged and contiguous greedy decoding (float32)")
 run.check("paged_equals_contiguous.tokens", bool((paged_tokens == ref_tokens).all()),
           f"{n_seq} sequences x {n_new + 1} greedy tokens identical; block size {bs0}, "
           f"{alloc.blocks_in_use()} blocks in use out of {pool_blocks}, scattered through the pool")
