@@ -1,0 +1,236 @@
+# %% [markdown]
+# # Coalescing, bank conflicts and the shared-memory transpose
+#
+# A warp issues one load instruction for its 32 lanes. When the 32 addresses fall in consecutive
+# 4-byte words, the memory system serves them with four 32-byte sectors (one 128-byte line); when
+# they are k words apart, it needs up to 32 sectors and uses 4 bytes of each. A transpose cannot
+# read and write contiguously at once, unless it stages a tile in shared memory: then the stride
+# moves into shared memory, whose 32 banks serve one 4-byte word each per cycle, and a column
+# of a 32 x 32 float tile sits in one bank unless each row is padded by one word.
+#
+# This demo has three parts. (1) The address model: sectors per warp request for each stride, and
+# bank-conflict degree of the tile read with and without padding, computed from the addresses the
+# kernels generate. (2) The kernels in Triton and in CUDA C++ (the CUDA source is in `_cuda.py`):
+# Triton's run in its interpreter without a GPU and are checked against PyTorch; the CUDA source is
+# compiled with nvcc for sm_90 wherever nvcc exists, and ptxas's report and the PTX are kept.
+# (3) Bandwidth: on a GPU, every variant as a fraction of the same-run copy ceiling; on a CPU, the
+# same strided copy through PyTorch, where 64-byte cache lines play the part of sectors.
+
+# %%
+import re
+
+import torch
+
+from demos.harness.run import start
+from demos.t11_gpu import _cuda
+
+run = start(
+    "coalescing",
+    title="Coalescing and the shared-memory transpose: Triton and CUDA C++",
+    sizes={  # (elements of the strided copy, square transpose side)
+        "tiny": (2**20, 1024),
+        "small": (2**24, 4096),
+        "full": (2**26, 8192),
+    },
+    cpu_threads=1,
+)
+n_copy, side = run.sizes
+device = run.torch_device
+STRIDES = [1, 2, 4, 8, 32, 1024]
+
+import triton  # noqa: E402  (after start(): the interpreter on a CPU)
+import triton.language as tl  # noqa: E402
+
+# %% [markdown]
+# ## 1. The address model
+#
+# For stride k, lane `l` of a warp reads word `l * k` (in the demo's permutation copy). A request is
+# served in 32-byte sectors: the number of distinct sectors touched says how many bytes move for the
+# 128 bytes the warp uses. For the transpose tile `tile[32][32 + PAD]`, the read-back
+# `tile[threadIdx.x][threadIdx.y + j]` puts lane `l` at word `l * (32 + PAD) + j`; shared memory has
+# 32 banks of 4-byte words, and the degree of a bank conflict is the most distinct words any one
+# bank must serve for that instruction (the hardware replays the access that many times).
+
+# %%
+def sectors_per_request(stride_words: int) -> int:
+    return len({(lane * stride_words * 4) // 32 for lane in range(32)})
+
+
+def bank_conflict_degree(pad: int) -> int:
+    words = [lane * (32 + pad) for lane in range(32)]  # column 0 of the tile, one word per lane
+    per_bank: dict[int, set] = {}
+    for w in words:
+        per_bank.setdefault(w % 32, set()).add(w)
+    return max(len(s) for s in per_bank.values())
+
+
+rows = []
+for k in STRIDES:
+    sectors = sectors_per_request(k)
+    rows.append([k, sectors, sectors * 32, round(128 / (sectors * 32), 3)])
+    run.metric(f"model.stride{k}.sectors", sectors, "sectors", label=f"stride {k}: 32-byte sectors per warp load")
+run.table("sector_model", "Address model: one warp loading 32 floats with a stride",
+          ["stride (words)", "sectors per request", "bytes moved", "useful fraction"], rows)
+for pad in (0, 1):
+    run.metric(f"model.bank_conflict_pad{pad}", bank_conflict_degree(pad), "way",
+               label=f"tile[32][{32 + pad}] column read: bank-conflict degree (accesses serialised)")
+run.check("model.coalesced", sectors_per_request(1) == 4 and sectors_per_request(32) == 32,
+          "stride 1: 4 sectors (one 128-byte line); stride 32: 32 sectors")
+
+# %% [markdown]
+# ## 2. The kernels
+#
+# **Triton.** The strided copy is the CUDA kernel's permutation. The transpose loads a tile with
+# coalesced addresses and stores it transposed; there is no shared memory in the source: the
+# compiler converts the tile's register layout through shared memory itself (with its own
+# swizzle against bank conflicts), which is why a Triton programmer writes the tile and not the
+# staging.
+
+# %%
+@triton.jit
+def copy_strided_kernel(x_ptr, y_ptr, n, stride, BLOCK: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < n
+    per = n // stride
+    tl.store(y_ptr + i, tl.load(x_ptr + (i % per) * stride + i // per, mask=mask), mask=mask)
+
+
+@triton.jit
+def transpose_kernel(in_ptr, out_ptr, rows, cols, BM: tl.constexpr, BN: tl.constexpr):
+    r = tl.program_id(0) * BM + tl.arange(0, BM)
+    c = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (r[:, None] < rows) & (c[None, :] < cols)
+    tile = tl.load(in_ptr + r[:, None].to(tl.int64) * cols + c[None, :], mask=mask)
+    tl.store(out_ptr + c[None, :].to(tl.int64) * rows + r[:, None], tile, mask=mask)
+
+
+def triton_copy(x, stride):
+    y = torch.empty_like(x)
+    copy_strided_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), stride, BLOCK=1024)
+    return y
+
+
+def triton_transpose(a):
+    out = torch.empty(a.shape[1], a.shape[0], device=a.device, dtype=a.dtype)
+    transpose_kernel[(triton.cdiv(a.shape[0], 32), triton.cdiv(a.shape[1], 32))](a, out, a.shape[0], a.shape[1],
+                                                                                   BM=32, BN=32)
+    return out
+
+
+def reference_copy(x, stride):
+    return x.view(-1, stride).t().reshape(-1)  # y[q * per + r] = x[r * stride + q]
+
+
+# %% [markdown]
+# Correctness: the interpreter runs every program in NumPy, so without a GPU the Triton kernels are
+# checked on small inputs (a ragged transpose shape exercises the masks); on a GPU, at full size.
+
+# %%
+check_n = n_copy if run.device.is_gpu else 4096
+for k in STRIDES[:-1] + [64]:
+    x = torch.randn(check_n, device=device)
+    run.check_close(f"triton.copy.stride{k}", triton_copy(x, k), reference_copy(x, k), rtol=0, atol=0,
+                    reference_name="the same permutation in PyTorch")
+for shape in ([(side, side)] if run.device.is_gpu else []) + [(64, 96), (37, 100)]:
+    a = torch.randn(*shape, device=device)
+    run.check_close(f"triton.transpose.{shape[0]}x{shape[1]}", triton_transpose(a), a.t(), rtol=0, atol=0,
+                    reference_name="a.t()")
+
+# %% [markdown]
+# **CUDA C++.** `copy_strided`, `transpose_naive`, `transpose_smem` and `transpose_smem_padded` in
+# `_cuda.py`. Compiled for sm_90 with nvcc, ptxas reports each kernel's registers and static shared
+# memory: the padded tile is 32 x 33 floats, one row of padding more than the 4096-byte tile. The PTX
+# shows the structure: the naive transpose has only global loads and stores, the tiled ones
+# stage through `st.shared`/`ld.shared` around a `bar.sync` (`__syncthreads`).
+
+# %%
+if _cuda.nvcc() is None:
+    run.not_run("nvcc build of the CUDA kernels", "nvcc is not on PATH")
+else:
+    usage = _cuda.ptxas_usage(_cuda.compile_cuda(_cuda.KERNELS_CU, "cubin").text)
+    ptx = _cuda.compile_cuda(_cuda.KERNELS_CU, "ptx").text
+    bodies = {m.group(1): m.group(2) for m in re.finditer(r"\.entry (\w+)\((.*?)\n}\n", ptx, re.S)}
+    rows = []
+    for kernel in ("copy_strided", "transpose_naive", "transpose_smem", "transpose_smem_padded"):
+        body = bodies[kernel]
+        counts = {op: len(re.findall(rf"\b{re.escape(op)}", body)) for op in ("ld.global", "st.global", "ld.shared",
+                                                                            "st.shared", "bar.sync")}
+        rows.append([kernel, usage[kernel]["registers"], usage[kernel]["smem_bytes"], *counts.values()])
+        run.metric(f"cuda.{kernel}.smem_bytes", usage[kernel]["smem_bytes"], "bytes",
+                   label=f"{kernel}: static shared memory per block (ptxas, sm_90)")
+        run.metric(f"cuda.{kernel}.ld_shared", counts["ld.shared"], "instructions",
+                   label=f"{kernel}: ld.shared instructions in the PTX")
+    run.table("ptxas", "CUDA kernels compiled for sm_90: ptxas resources and PTX memory instructions",
+              ["kernel", "registers", "static smem (B)", "ld.global", "st.global", "ld.shared", "st.shared",
+               "bar.sync"], rows)
+    run.check("cuda.padding_is_one_word_per_row",
+              usage["transpose_smem_padded"]["smem_bytes"] - usage["transpose_smem"]["smem_bytes"] == 32 * 4,
+              "the padded tile is 32 x 33 floats: 128 bytes more than 32 x 32")
+    run.artifact("transpose_smem_padded.ptx", "// " + _cuda.ARCH + ", nvcc -ptx\n.entry transpose_smem_padded("
+                 + bodies["transpose_smem_padded"][:3000] + "\n}")
+
+# %% [markdown]
+# ## 3. Bandwidth
+#
+# Effective bandwidth = bytes read + bytes written / time; on a GPU as a fraction of the copy
+# ceiling measured in the same run. On a GPU: the CUDA kernels through CuPy and the Triton kernels, L2
+# flushed before every call. On a CPU: the same permutation copied by PyTorch (a strided read, a
+# contiguous write), where the unit of transfer is a 64-byte cache line and the hardware
+# prefetchers can follow a constant stride.
+
+# %%
+def record_rate(name, label, seconds, nbytes):
+    # On a GPU, a fraction of the same-run copy ceiling. On a CPU these copies run on one thread and the
+    # ceiling on every thread, so no fraction: the comparison that counts there is stride 1 vs stride k.
+    gbps = nbytes / seconds / 1e9
+    run.metric(name, gbps, "GB/s", ceiling="copy_bandwidth" if run.device.is_gpu else None, label=label,
+               kind="memory", cache_resident=run.cache_resident(nbytes))
+    return gbps
+
+
+x = torch.randn(n_copy, device=device)
+y = torch.empty_like(x)
+copy_rows = []
+if not run.device.is_gpu:
+    for k in STRIDES:
+        src, dst = (x, y) if k == 1 else (x.view(-1, k).t(), y.view(k, -1))  # stride 1: the plain copy
+        t = run.time(lambda: dst.copy_(src))
+        gbps = record_rate(f"torch.copy.stride{k}.gbps", f"PyTorch permutation copy, stride {k}, {n_copy} floats",
+                           t.median_s, 8 * n_copy)
+        copy_rows.append([k, "torch (CPU)", round(t.median_s * 1e3, 3), round(gbps, 1)])
+    for what in ("CUDA kernels (CuPy)", "Triton kernels (timing)"):
+        run.not_run(what, "needs a CUDA GPU: on a CPU the CUDA source is only compiled (above) and the Triton "
+                          "kernels run in the interpreter, whose speed says nothing about a GPU")
+else:
+    mod = _cuda.cupy_module(_cuda.KERNELS_CU)
+    xc, yc = _cuda.as_cupy(x), _cuda.as_cupy(y)
+    for k in STRIDES:
+        kern = mod.get_function("copy_strided")
+        launch = lambda: kern((triton.cdiv(n_copy, 256),), (256,), (xc, yc, n_copy, k))  # noqa: E731
+        launch()
+        run.check_close(f"cuda.copy.stride{k}", y, reference_copy(x, k), rtol=0, atol=0)
+        t = run.time(launch)
+        gbps = record_rate(f"cuda.copy.stride{k}.gbps", f"CUDA permutation copy, stride {k}", t.median_s, 8 * n_copy)
+        tt = run.time(lambda: triton_copy(x, k))
+        tg = record_rate(f"triton.copy.stride{k}.gbps", f"Triton permutation copy, stride {k}", tt.median_s, 8 * n_copy)
+        copy_rows.append([k, "CUDA / Triton", round(t.median_s * 1e3, 3), f"{gbps:.0f} / {tg:.0f}"])
+    a = torch.randn(side, side, device=device)
+    out = torch.empty_like(a)
+    ac, oc = _cuda.as_cupy(a), _cuda.as_cupy(out)
+    for kernel in ("transpose_naive", "transpose_smem", "transpose_smem_padded"):
+        kern = mod.get_function(kernel)
+        launch = lambda: kern((side // 32, side // 32), (32, 8), (ac, oc, side, side))  # noqa: E731
+        launch()
+        run.check_close(f"cuda.{kernel}", out, a.t(), rtol=0, atol=0, reference_name="a.t()")
+        t = run.time(launch)
+        record_rate(f"cuda.{kernel}.gbps", f"CUDA {kernel}, {side}x{side} fp32", t.median_s, 8 * side * side)
+    t = run.time(lambda: triton_transpose(a))
+    record_rate("triton.transpose.gbps", f"Triton tiled transpose, {side}x{side} fp32", t.median_s, 8 * side * side)
+run.table("strided_copy", f"Permutation copy of {n_copy} floats with a stride",
+          ["stride", "implementation", "median (ms)", "GB/s"], copy_rows)
+
+if not run.device.is_gpu:
+    run.metric("torch.copy.stride_slowdown", run.metrics["torch.copy.stride1.gbps"]["value"]
+               / run.metrics["torch.copy.stride32.gbps"]["value"], "x",
+               label="CPU: stride-1 copy speed over stride-32 copy speed (bandwidth ratio)")
+run.save()

@@ -1,0 +1,45 @@
+"""The C++ library: built, called from Python threads, RAII under an exception, the planted
+out-of-bounds write caught by AddressSanitizer; and the library used directly from a test."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from conftest import checks_by_name, demo_record, metric
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+tiny_record = demo_record("demos.t11_gpu.cpp_extension")
+
+
+@pytest.mark.slow
+def test_the_demo_checks(tiny_record):
+    checks = checks_by_name(tiny_record)
+    for name in ("threads.results", "threads.calls_counted", "threads.plans_built_once", "raii.exception_frees",
+                 "asan.catches_oob", "cpu.float64.tile32", "unsupported_tile_refused"):
+        assert checks[name]["passed"], checks[name]
+    assert metric(tiny_record, "threads.plans_built") == 6
+    assert "heap-buffer-overflow" in tiny_record["artifacts"]["asan_report"]
+    assert "compute-sanitizer on the CUDA build" in {n["variant"] for n in tiny_record["not_run"]}
+
+
+def test_library_from_threads_directly():
+    """A second, independent use of the library: threads with different tiles on different shapes."""
+    from demos.t11_gpu import _cpp
+
+    lib = _cpp.load(_cpp.build_cpu_library())
+
+    def job(i):
+        rows, cols = 17 + i, 33 + 2 * i  # ragged: no multiple of any tile
+        a = torch.randn(rows, cols, dtype=torch.float64)
+        out = torch.empty(cols, rows, dtype=torch.float64)
+        assert lib.t11_scale_transpose(1, (8, 16, 32)[i % 3], a.data_ptr(), out.data_ptr(), rows, cols, -0.5) == 0
+        return torch.equal(out, -0.5 * a.t())
+
+    with ThreadPoolExecutor(6) as pool:
+        assert all(pool.map(job, range(24)))
+    assert lib.t11_raii_scope(1) == 1 and lib.t11_raii_scope(0) == 0
+    assert lib.t11_live_buffers() == 0
