@@ -1,9 +1,11 @@
 """Sizing problems (back-of-the-envelope questions) and the formulas behind the calculators.
 
-One source of truth: the formulas reuse the demos' own functions where they exist
-(``demos/t6_inference/_model.py``'s KV-cache formula, ``demos/t8_training/_gpt.py``'s bytes per
-parameter, ``demos/common/cluster_model.py``'s activations, collectives and pipeline bubble) and
-the chip figures come from ``scripts/datasheets.toml``. ``docs/assets/sizing-calculators.js`` is the
+One source of truth: the formulas call ``demos/common/cluster_model.py`` (activations, collectives,
+pipeline bubble; pure Python) and the chip figures come from ``scripts/datasheets.toml``. The two
+formulas that live in torch-importing demo modules are restated here so the check and the site build do
+not import torch (seconds on every run), and tests/test_sizing.py requires them to equal the demos' own:
+``demos/t6_inference/_model.py``'s ``Config.kv_cache_bytes`` and ``demos/t8_training/_gpt.py``'s
+``model_state_bytes_per_param``. ``docs/assets/sizing-calculators.js`` is the
 same formulas in JavaScript; tests/test_calculators_browser.py compares the two in Chromium.
 
 The problems live in ``scripts/sizing_problems.toml``: each names a formula, its inputs (published
@@ -37,10 +39,7 @@ def kv_cache(layers: int, kv_heads: int, head_dim: int, context: int, batch: int
     """KV-cache bytes: layers x 2 (K and V) x KV heads x head_dim x bytes per token, per sequence (the
     formula of the T6 demo, ``_model.Config.kv_cache_bytes``). With paging (``block_tokens`` > 0) each
     sequence holds whole blocks: ceil(context / block) x block tokens, and the rest of its last block is waste."""
-    from demos.t6_inference._model import Config  # the demo's own formula (imports torch: only when used)
-
-    shape = Config(d_model=kv_heads * head_dim, n_layers=layers, n_heads=kv_heads, n_kv_heads=kv_heads, max_len=1)
-    per_token = float(shape.kv_cache_bytes(1, 1, 1)) * dtype_bytes
+    per_token = float(layers * 2 * kv_heads * head_dim) * dtype_bytes  # = _model.Config.kv_cache_bytes(1, 1, 1) x bytes
     exact = per_token * context * batch
     held = math.ceil(context / block_tokens) * block_tokens if block_tokens > 0 else context
     allocated = per_token * held * batch
@@ -50,15 +49,15 @@ def kv_cache(layers: int, kv_heads: int, head_dim: int, context: int, batch: int
 
 OPTIMIZER_MOMENTS = {"adam": 2, "sgd_momentum": 1, "sgd": 0}  # fp32 tensors the optimizer keeps per parameter
 PRECISIONS = ("mixed", "fp32")
+STATE_BYTES = {"mixed": {"weights": 2, "grads": 2, "optimizer": 12},  # = _gpt.model_state_bytes_per_param
+               "fp32": {"weights": 4, "grads": 4, "optimizer": 8}}
 
 
 def state_bytes_per_param(precision: str, optimizer: str) -> dict:
     """Bytes per parameter of weights, gradients and optimizer states. For Adam these are the T8 demo's
     (``_gpt.model_state_bytes_per_param``: ZeRO paper, 2 + 2 + 12 mixed, 4 + 4 + 8 fp32); a lighter
     optimizer keeps 4 bytes fewer per fp32 moment it drops."""
-    from demos.t8_training._gpt import model_state_bytes_per_param
-
-    base = dict(model_state_bytes_per_param(precision))
+    base = dict(STATE_BYTES[precision])
     base["optimizer"] -= 4 * (OPTIMIZER_MOMENTS["adam"] - OPTIMIZER_MOMENTS[optimizer])
     return base
 
