@@ -1,6 +1,6 @@
 """The graph-passes demo at the tiny size: DCE removes exactly the dead branch, constant folding leaves
 only the matmul and ReLU, outputs stay equal, torch.export keeps the dead node, and Inductor with
-freezing generates fewer kernels; and FX's DCE keeps a node with a side effect."""
+freezing generates fewer kernels; and what FX's DCE does with a side effect, at the ATen and at the Python level."""
 
 from __future__ import annotations
 
@@ -30,20 +30,30 @@ def test_nodes_fall_pass_by_pass(tiny):
     assert "_fx_const_folded_attrs" in tiny["artifacts"]["graph_after_folding"]
 
 
-def test_dce_keeps_side_effects():
-    """An unused result is dead; an in-place update of a buffer is not, although nothing reads it."""
+class CountingModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(1))
 
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.register_buffer("count", torch.zeros(1))
+    def forward(self, x):
+        unused = x.sin()  # noqa: F841
+        self.count.add_(1)  # a side effect whose result nobody reads
+        return x * 2
 
-        def forward(self, x):
-            unused = x.sin()  # noqa: F841
-            self.count.add_(1)
-            return x * 2
 
-    gm = fx.symbolic_trace(M())
+def test_dce_keeps_an_aten_side_effect():
+    """On an ATen graph (torch.export), DCE knows add_ mutates its input from the op's schema: it stays."""
+    exported = torch.export.export(CountingModule(), (torch.randn(3),))
+    graph = exported.graph_module.graph
+    graph.eliminate_dead_code()
+    targets = [str(n.target) for n in graph.nodes]
+    assert "aten.add_.Tensor" in targets and "aten.sin.default" not in targets
+
+
+def test_dce_on_a_python_level_graph_drops_the_side_effect():
+    """On symbolic_trace's Python-level graph, `add_` is a method call FX cannot see into, and FX's DCE
+    deletes it with the dead sin: why compilers run DCE on functionalized ATen graphs, not on this one."""
+    gm = fx.symbolic_trace(CountingModule())
     gm.graph.eliminate_dead_code()
     targets = [str(n.target) for n in gm.graph.nodes]
-    assert "sin" not in targets and "add_" in targets
+    assert "sin" not in targets and "add_" not in targets
