@@ -30,7 +30,7 @@ from demos.harness.run import start
 from demos.t2_pipeline import _lowering as low
 
 run = start("lower_irs", title="One fused kernel through TTIR, TTGIR, LLVM IR, PTX and SASS; allocator, "
-            "streams and syncs", sizes={"tiny": (8, 1000, 128), "small": (64, 1000, 512), "full": (4096, 1000, 4096)},
+            "streams and syncs", sizes={"tiny": (8, 1000, 128), "small": (64, 1000, 256), "full": (4096, 1000, 4096)},
             cpu_threads=1)
 rows, cols, n = run.sizes  # the bias + GELU check shape (rows x cols); n: the square matmuls of the runtime part
 device = run.torch_device
