@@ -19,6 +19,7 @@
 # %%
 import re
 
+import numpy as np
 import torch
 
 from demos.harness.run import start
@@ -206,7 +207,7 @@ else:
     xc, yc = _cuda.as_cupy(x), _cuda.as_cupy(y)
     for k in STRIDES:
         kern = mod.get_function("copy_strided")
-        launch = lambda: kern((triton.cdiv(n_copy, 256),), (256,), (xc, yc, n_copy, k))  # noqa: E731
+        launch = lambda: kern((triton.cdiv(n_copy, 256),), (256,), (xc, yc, np.int64(n_copy), np.int64(k)))  # noqa: E731
         launch()
         run.check_close(f"cuda.copy.stride{k}", y, reference_copy(x, k), rtol=0, atol=0)
         t = run.time(launch)
@@ -219,7 +220,7 @@ else:
     ac, oc = _cuda.as_cupy(a), _cuda.as_cupy(out)
     for kernel in ("transpose_naive", "transpose_smem", "transpose_smem_padded"):
         kern = mod.get_function(kernel)
-        launch = lambda: kern((side // 32, side // 32), (32, 8), (ac, oc, side, side))  # noqa: E731
+        launch = lambda: kern((side // 32, side // 32), (32, 8), (ac, oc, np.int32(side), np.int32(side)))  # noqa: E731
         launch()
         run.check_close(f"cuda.{kernel}", out, a.t(), rtol=0, atol=0, reference_name="a.t()")
         t = run.time(launch)

@@ -155,9 +155,9 @@ if not gpu or not _cpp.have("nvcc") or sanitizer is None:
 else:
     proc = subprocess.run([sanitizer, "--tool", "memcheck", str(_cpp.build_cuda_program())], capture_output=True,
                           text=True, timeout=300)
-    found = [line for line in proc.stdout.splitlines() if "Invalid __global__ write" in line]
+    found = [line for line in (proc.stdout + proc.stderr).splitlines() if "Invalid __global__ write" in line]
     run.check("compute_sanitizer.catches_oob", bool(found), f"{len(found)} invalid global write(s) reported")
-    run.artifact("compute_sanitizer_report", "\n".join(proc.stdout.splitlines()[:16]))
+    run.artifact("compute_sanitizer_report", "\n".join((proc.stdout + proc.stderr).splitlines()[:16]))
 
 # %% [markdown]
 # ## One number for scale

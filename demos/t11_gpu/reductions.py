@@ -173,13 +173,13 @@ if run.device.is_gpu:
 
     def cuda_atomic():
         out.zero_()
-        mod.get_function("sum_atomic")((grid,), (256,), (xc, oc, timed_n))
+        mod.get_function("sum_atomic")((grid,), (256,), (xc, oc, np.int64(timed_n)))
         return out
 
     def cuda_two_pass(kernel):
         def go():
-            mod.get_function(kernel)((grid,), (256,), (xc, pc, timed_n))
-            mod.get_function(kernel)((1,), (256,), (pc, oc, grid))
+            mod.get_function(kernel)((grid,), (256,), (xc, pc, np.int64(timed_n)))
+            mod.get_function(kernel)((1,), (256,), (pc, oc, np.int64(grid)))
             return out
         return go
 
