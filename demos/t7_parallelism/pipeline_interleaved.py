@@ -144,3 +144,6 @@ _dist.shutdown()
 # into its input-gradient and weight-gradient halves and filling the bubble with the latter (Qi et
 # al., [Zero Bubble Pipeline Parallelism](https://arxiv.org/abs/2401.10241)); the library has them
 # too (`ScheduleInterleavedZeroBubble`), not measured here.
+#
+# With real stage compute instead of padding, interleaving is compared like for like with plain
+# 1F1B in `pipeline_real_compute.py`, with the hand-over cost that decides which one wins measured.

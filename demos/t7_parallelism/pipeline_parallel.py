@@ -373,7 +373,9 @@ run.table("p2p", f"Bytes between stages per step, p = {p}, batch {size['batch']}
 #
 # In a real model the stages are rarely equal: the slowest stage sets the pace of every other one,
 # which is why layers are assigned to stages by measured time, not by count. Virtual stages
-# (interleaved 1F1B) are `pipeline_interleaved.py`.
+# (interleaved 1F1B) are `pipeline_interleaved.py`. Because the stages here are padded, the
+# bubble's agreement with the formula is by construction; `pipeline_real_compute.py` measures it
+# with real stage compute and accounts for every gap (hand-over latency, per-microbatch cost).
 
 # %%
 run.save()
