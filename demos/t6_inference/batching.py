@@ -327,7 +327,7 @@ run.series("tpot", "Time per output token vs load", "load (fraction of continuou
 for policy in SIMULATORS:
     run.metric(f"{policy}.max_tokens_per_s", max(results[policy, load]["tokens_per_s"] for load in LOADS), "tokens/s",
                label=f"{policy}: highest throughput reached across the loads")
-    for load in (0.3, 0.5, 0.85):
+    for load in (0.1, 0.3, 0.5, 0.85):
         r = results[policy, load]
         tag = f"{policy}.load{round(100 * load)}"
         for q in ("p50", "p99", "ttft_p99", "tpot_p50", "tpot_p99"):
