@@ -15,7 +15,7 @@ def test_cold_starts_checked(tiny):
     checks = {c["name"]: c for c in tiny["checks"]}
     for mode in ("eager", "aoti", "jit"):
         assert checks[f"cold.{mode}.correct"]["passed"]
-    assert checks["aoti.vs_eager"]["passed"] and checks["jit.vs_eager"]["passed"]
+    assert checks["aoti.vs_eager"]["passed"]
 
 
 def test_ratios(tiny):

@@ -34,8 +34,8 @@ PRECISIONS = [("float32", "FP32"), ("tfloat32", "TF32"), ("bfloat16", "BF16"), (
 # ## The spec table
 #
 # Dense peaks (no 2:4 sparsity), in TFLOP/s for floating point and TOPS for integers; bandwidth in
-# decimal GB/s. A blank means the vendor publishes no such figure or the chip has no such path (Hopper
-# has no INT4 tensor cores; the laptop NPU's vendor gives only an INT8 figure).
+# decimal GB/s. A blank means the vendor publishes no such figure for that chip (the H100 and H200
+# datasheets give no INT4 figure; the laptop NPU's vendor gives only an INT8 one).
 
 # %%
 def peak(sheet: dict, precision: str):
@@ -209,10 +209,15 @@ for label, flops, nbytes, seconds, (th, (own_bw, own_fp32)) in kernels:
 run.table("kernels", "Kernels from this project's CPU records on this machine's roofline",
           ["kernel", "GFLOP", "MB moved", "FLOP/byte", "achieved GFLOP/s", "its run's roofline GFLOP/s", "fraction",
            "threads", "bound here", "on H100 (FP32)", "on L4 (FP32)", "on Orin (FP32)"], k_rows)
+# The kernels are CPU records: they are drawn on this machine's roofline only when this machine is a CPU.
+points_here = {} if run.device.is_gpu else {label: ([x], [y]) for (label, *_), x, y in zip(kernels, xs, ys)}
+if run.device.is_gpu:
+    run.not_run("kernels on this GPU's roofline", "the placed kernels are CPU records (FP32, CPU shapes); their "
+                "fractions above use their own runs' CPU ceilings, and they are not drawn on a GPU's roofline")
 run.series("cpu_roofline", "This machine's roofline (same-run ceilings) with measured kernels",
            "arithmetic intensity (FLOP/byte)", "TFLOP/s",
            {"roofline (copy, FP32 matmul ceilings)": (intensities, [min(fp32, i * bw / 1e3) for i in intensities]),
-            **{label: ([x], [y]) for (label, *_), x, y in zip(kernels, xs, ys)}},
+            **points_here},
            x_log=True, y_log=True)
 run.check("kernels.below_roofline", all(f <= 1.25 for f in fractions),
           f"every kernel's achieved rate is at most 1.25x the roofline of its own run's ceilings (largest "

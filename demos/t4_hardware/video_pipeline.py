@@ -53,7 +53,9 @@ frames = [torch.randint(0, 256, (height, width, 3), dtype=torch.uint8, generator
 with torch.inference_mode():
     x = preprocess(frames[0])
     ref = Enhancer().double()(x.double().cpu())
-    run.check_close("net.vs_float64", net(x), ref, rtol=1e-4, atol=1e-4)
+    # On a GPU, cuDNN runs FP32 convolutions in TF32 by default (10-bit mantissa): a looser tolerance there.
+    tol = 5e-3 if run.device.is_gpu else 1e-4
+    run.check_close("net.vs_float64", net(x), ref, rtol=tol, atol=tol)
     out = postprocess(net(x))
     run.check("post.shape_dtype", out.shape == frames[0].shape and out.dtype == torch.uint8,
               f"output frame {tuple(out.shape)} {out.dtype}, same layout as the input")
