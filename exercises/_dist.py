@@ -1,8 +1,10 @@
 """Run a distributed grader's checks on 2 and 4 CPU ranks (gloo), in processes started with spawn.
 
 One spawn of 4 processes serves every (exercise, solution) job it is given and both world sizes: for
-each job, ranks 0-1 form a world of 2 (ranks 2-3 wait), then ranks 0-3 a world of 4, each on a fresh
-free TCP port. Each rank writes its check rows to a file; a check passes when it passes on every rank.
+each job, ranks 0-1 form a world of 2 (ranks 2-3 wait), then ranks 0-3 a world of 4. The rendezvous is
+one TCP store that this process hosts on a free port (chosen by the OS) before the ranks start, each
+(job, world) under its own key prefix. Each rank writes its check rows to a file as it goes; a check
+passes when it passes on every rank.
 Processes that outlive the deadline are terminated, then killed.
 """
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import tempfile
 import time
 from datetime import timedelta
@@ -20,13 +21,7 @@ WORLDS = (2, 4)
 COLLECTIVE_TIMEOUT_S = 45  # a send without its receive (a deadlock) fails after this, not never
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, jobs: list, worlds: tuple, ports: list, outdir: str) -> None:
+def _worker(rank: int, jobs: list, worlds: tuple, port: int, outdir: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -34,6 +29,7 @@ def _worker(rank: int, jobs: list, worlds: tuple, ports: list, outdir: str) -> N
     from exercises._grading import describe
 
     torch.set_num_threads(1)  # several ranks share the cores
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     for j, (exercise, path) in enumerate(jobs):
         for w in worlds:
             if rank >= w:
@@ -45,7 +41,7 @@ def _worker(rank: int, jobs: list, worlds: tuple, ports: list, outdir: str) -> N
                 with out.open("a") as f:  # one line per check, at once: a rank that aborts keeps its earlier rows
                     f.write(json.dumps([name, bool(passed), why]) + "\n")
             try:
-                dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{ports[j][str(w)]}", rank=rank,
+                dist.init_process_group("gloo", store=dist.PrefixStore(f"job{j}-world{w}/", store), rank=rank,
                                         world_size=w, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
             except Exception as e:
                 emit("start the process group", False, describe(e))
@@ -62,11 +58,14 @@ def _worker(rank: int, jobs: list, worlds: tuple, ports: list, outdir: str) -> N
 
 def run_jobs(jobs: list[tuple[str, str]], worlds: tuple = WORLDS, deadline_s: float = 240.0) -> list[dict]:
     """For each job, {world: [(check, passed, why)]} merged over ranks (a missing rank is a FAIL)."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    ports = [{str(w): free_port() for w in worlds} for _ in jobs]
+    # the store is up before any rank starts, so no rank waits on a connection retry
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="exercise-ranks-") as outdir:
-        ctx = mp.start_processes(_worker, args=(jobs, worlds, ports, outdir), nprocs=max(worlds),
+        ctx = mp.start_processes(_worker, args=(jobs, worlds, store.port, outdir), nprocs=max(worlds),
                                  join=False, start_method="spawn")
         crash = ""
         end = time.monotonic() + deadline_s

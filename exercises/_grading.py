@@ -64,11 +64,16 @@ class Row:
     why: str
 
 
+class StopGrading(Exception):
+    """Raised by a fail-fast grader at its first FAIL (the project's tests of wrong solutions)."""
+
+
 @dataclass
 class Grader:
     device: str = "cpu"
     rows: list[Row] = field(default_factory=list)
     echo: bool = True
+    fail_fast: bool = False
 
     def add(self, status: str, name: str, why: str) -> None:
         self.rows.append(Row(status, name, why))
@@ -77,6 +82,8 @@ class Grader:
 
     def check(self, name: str, passed: bool, why: str) -> bool:
         self.add("PASS" if passed else "FAIL", name, why)
+        if self.fail_fast and not passed:
+            raise StopGrading(name)
         return passed
 
     def skip(self, name: str, why: str) -> None:
