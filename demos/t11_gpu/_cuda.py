@@ -73,9 +73,19 @@ extern "C" __global__ void stream_scale(const float* __restrict__ x, float* __re
         y[i] = 2.0f * x[i];
 }
 
-// Occupancy sweep, latency-bound: each thread walks a chain of dependent loads (a pointer chase
-// through a permutation); nothing can be overlapped inside one thread, only across warps. CHAINS
-// independent chains per thread keep CHAINS values live (registers) and give some ILP.
+// The same with 16-byte loads: each thread moves a float4, so a warp has 4x the bytes in flight per
+// load instruction at the same occupancy (n4 = n / 4).
+extern "C" __global__ void stream_scale4(const float4* __restrict__ x, float4* __restrict__ y, long long n4) {
+    extern __shared__ float unused4[];
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long long)gridDim.x * blockDim.x) {
+        float4 v = x[i];
+        y[i] = make_float4(2.0f * v.x, 2.0f * v.y, 2.0f * v.z, 2.0f * v.w);
+    }
+}
+
+// Occupancy sweep, dependent loads: each chain is a pointer chase through a permutation (every load
+// needs the previous one's result). A thread walks CHAINS independent chains, so it has up to CHAINS
+// loads in flight (instruction-level parallelism) and keeps CHAINS values live in registers.
 #define CHAINS 16
 extern "C" __global__ void chase(const int* __restrict__ next, int* __restrict__ out, int steps, int n) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;

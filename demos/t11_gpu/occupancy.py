@@ -9,8 +9,9 @@
 # the theoretical occupancy is arithmetic: the CUDA occupancy calculator's formula, here in
 # `_cuda.occupancy`, with the sm_90 limits.
 #
-# Two kernels from `_cuda.py` are swept: `stream_scale` (memory-bound: streams a large array) and
-# `chase` (latency-bound: 16 dependent pointer chases per thread through a random permutation).
+# Three kernels from `_cuda.py` are swept: `stream_scale` (memory-bound: streams a large array, one
+# float per thread), `stream_scale4` (the same with one 16-byte float4 per thread) and `chase`
+# (16 independent chains of dependent loads per thread through a random permutation).
 # Without a GPU the sweep is computed from ptxas's report for sm_90 (nvcc runs on any host); on a
 # GPU each point is also launched and timed, the formula is checked against the driver's occupancy
 # API, and Nsight Compute reads achieved occupancy and DRAM throughput at two points.
@@ -79,6 +80,7 @@ for cap in MAXRREG:
     builds[cap] = _cuda.ptxas_usage(_cuda.compile_cuda(_cuda.KERNELS_CU, "cubin", flags).text)
 stream_regs = builds[None]["stream_scale"]["registers"]
 chase_regs = builds[None]["chase"]["registers"]
+stream4_regs = builds[None]["stream_scale4"]["registers"]
 run.metric("ptxas.stream_scale.registers", stream_regs, "registers", label="stream_scale: registers per thread (sm_90)")
 run.metric("ptxas.chase.registers", chase_regs, "registers", label="chase: registers per thread (sm_90, no cap)")
 
@@ -86,7 +88,7 @@ run.metric("ptxas.chase.registers", chase_regs, "registers", label="chase: regis
 # ## The sweep
 #
 # (a) Block size at the kernel's own register count; (b) `chase` under a register cap, at 256
-# threads; (c) `stream_scale` with dynamic shared memory added to each block, at 256 threads
+# threads; (c) both streaming kernels with dynamic shared memory added to each block, at 256 threads
 # (the kernel never touches it: it only takes room, as a tile buffer would).
 
 # %%
@@ -100,6 +102,7 @@ for cap in MAXRREG:
                    u["spill_store_bytes"] + u["spill_load_bytes"], cap))
 for kb in SMEM_KB:
     points.append(("shared memory", f"{kb} KB per block", "stream_scale", 256, stream_regs, kb * 1024, 0, None))
+    points.append(("shared memory", f"{kb} KB per block", "stream_scale4", 256, stream4_regs, kb * 1024, 0, None))
 
 rows = []
 for sweep, label, kernel, threads, regs, smem, spills, cap in points:
@@ -160,14 +163,15 @@ else:
         agree.append(driver == occ["blocks_per_sm"])  # recorded, not raised: a mismatch must not lose the run
         run.log(f"  {kernel}, {label}: driver {driver} blocks/SM, formula {occ['blocks_per_sm']} ({kern.num_regs} regs)")
         key = f"{kernel}.{sweep.replace(' ', '_')}.{label.split()[0].replace('maxrregcount=', 'cap')}"
-        if kernel == "stream_scale":
+        if kernel.startswith("stream_scale"):
             xc, yc = _cuda.as_cupy(x), _cuda.as_cupy(y)
-            launch = lambda: kern(((n_stream + threads - 1) // threads,), (threads,), (xc, yc, np.int64(n_stream)),  # noqa: E731
+            items = n_stream // 4 if kernel == "stream_scale4" else n_stream  # float4s or floats
+            launch = lambda: kern(((items + threads - 1) // threads,), (threads,), (xc, yc, np.int64(items)),  # noqa: E731
                                   shared_mem=smem)
             t = run.time(launch)
             rate = 8 * n_stream / t.median_s / 1e9
             run.metric(f"achieved.{key}.gbps", rate, "GB/s", ceiling="copy_bandwidth", kind="memory",
-                       label=f"stream_scale, {label}: achieved bandwidth")
+                       label=f"{kernel}, {label}: achieved bandwidth")
         else:
             nc, oc = _cuda.as_cupy(nxt), _cuda.as_cupy(out)
             launch = lambda: kern((chase_threads // threads,), (threads,), (nc, oc, np.int32(steps), np.int32(n_chase)))  # noqa: E731
@@ -176,7 +180,7 @@ else:
             run.metric(f"achieved.{key}.gloads", rate, "G loads/s", label=f"chase, {label}: dependent loads per second")
         grows.append([sweep, kernel, label, round(100 * occ["occupancy"], 1), driver, round(t.median_s * 1e6, 1),
                       round(rate, 1)])
-    run.table("achieved", "Achieved rate per sweep point (stream_scale: GB/s; chase: G loads/s)",
+    run.table("achieved", "Achieved rate per sweep point (stream_scale, stream_scale4: GB/s; chase: G loads/s)",
               ["sweep", "kernel", "point", "theoretical occupancy %", "driver blocks/SM", "median (us)", "rate"], grows)
     run.metric("driver.agreement", sum(agree) / len(agree), "fraction",
                label="sweep points where cuOccupancyMaxActiveBlocksPerMultiprocessor equals the formula")
