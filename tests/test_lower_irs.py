@@ -56,3 +56,16 @@ def test_locations_are_stripped():
     mlir = '#loc = loc("/home/x/file.py":3:1)\n  %0 = tt.load %p, %m : tensor<4xf32> loc(#loc3)\n  tt.return loc("x"(#loc))'
     out = low.without_locations(mlir)
     assert "loc" not in out and "/home/x" not in out and "tt.load %p, %m : tensor<4xf32>" in out
+
+
+def test_notebook_cells_are_top_level():
+    """Every cell of the demo's notebook starts at column 0 (a cell marker inside an indented block
+    would split that block across cells and the notebook would not run)."""
+    import jupytext
+
+    from conftest import REPO
+
+    for demo in ("demos/t2_pipeline/lower_irs.py", "demos/t3_compiler/matmul_epilogue.py",
+                 "demos/t3_compiler/graph_passes.py"):
+        cells = jupytext.read(REPO / demo).cells
+        assert cells and not [c.source[:40] for c in cells if c.source[:1].isspace()], demo
