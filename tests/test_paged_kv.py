@@ -43,3 +43,11 @@ def test_preallocation_waste_matches_its_formula(tiny):
     expected_steps = sum(n - 1 for n in range(4, 25)) / 21
     expected_waste = 1 - expected_held / (40 * expected_steps)
     assert math.isclose(metric(tiny, "prealloc.waste"), expected_waste, abs_tol=0.05)
+
+
+def test_mean_unused_space_is_about_half_a_block(tiny):
+    # a sequence's length sweeps every residue modulo the block size as it grows, so its unused
+    # tail averages about (block - 1) / 2 positions
+    for b in (4, 8, 16):
+        slack = metric(tiny, f"paged.bs{b}.mean_slack_tokens")
+        assert 0.3 * (b - 1) < slack < 0.7 * (b - 1), (b, slack)

@@ -236,7 +236,7 @@ token_bytes = cfg.kv_cache_bytes(1, 1, 4)
 def saturated_waste(block: int | None) -> dict:
     """Time-averaged reserved and held tokens while b_max slots decode the request list; block None = preallocation."""
     alloc = BlockAllocator(b_max * math.ceil(max_tokens / (block or 1)) + 1, block or 1)
-    running, nxt, held, reserved, worst_slack = {}, 0, 0, 0, 0
+    running, nxt, held, reserved, worst_slack, seq_steps = {}, 0, 0, 0, 0, 0
     while running or nxt < len(lengths):
         while len(running) < b_max and nxt < len(lengths):  # admit: the prompt's K/V is written by the prefill
             running[nxt] = prompt_len
@@ -248,14 +248,15 @@ def saturated_waste(block: int | None) -> dict:
         step_reserved = len(running) * max_tokens if block is None else alloc.blocks_in_use() * block
         if block:
             worst_slack = max(worst_slack, max(len(alloc.tables[r]) * block - n for r, n in running.items()))
-        held, reserved = held + step_held, reserved + step_reserved
+        held, reserved, seq_steps = held + step_held, reserved + step_reserved, seq_steps + len(running)
         for r in list(running):  # one decode step: each sequence's cache grows by one token
             running[r] += 1
             if running[r] >= prompt_len + lengths[r] - 1:  # its last token needs no K/V
                 del running[r]
                 if block:
                     alloc.release(r)
-    return {"waste": 1 - held / reserved, "held": held, "reserved": reserved, "worst_slack": worst_slack}
+    return {"waste": 1 - held / reserved, "held": held, "reserved": reserved, "worst_slack": worst_slack,
+            "mean_slack": (reserved - held) / seq_steps}
 
 
 prealloc = saturated_waste(None)
@@ -268,6 +269,8 @@ for bs, r in paged_results.items():
     rows.append([f"paged, block {bs}", bs, round(100 * r["waste"], 1), round(prealloc["reserved"] / r["reserved"], 2)])
     run.metric(f"paged.bs{bs}.waste", r["waste"], "fraction",
                label=f"paged KV cache, block {bs}: reserved-but-unused fraction, time-averaged")
+    run.metric(f"paged.bs{bs}.mean_slack_tokens", r["mean_slack"], "tokens",
+               label=f"block {bs}: reserved-but-unused positions per running sequence, averaged over steps")
     run.metric(f"paged.bs{bs}.sequences_per_preallocated", prealloc["reserved"] / r["reserved"], "x",
                label=f"block {bs}: sequences that fit in the memory preallocation needs for one")
 run.metric("prealloc.waste", prealloc["waste"], "fraction",
