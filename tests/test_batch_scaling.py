@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 from conftest import demo_record, metric
 
-
 rec = demo_record("demos.t8_training.batch_scaling")
 
 

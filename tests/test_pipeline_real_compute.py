@@ -6,7 +6,6 @@ hand-over latency and host gap, explains the measurement better than the plain o
 from __future__ import annotations
 
 import pytest
-
 from conftest import demo_record, metric
 
 pytestmark = pytest.mark.slow

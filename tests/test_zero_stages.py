@@ -5,7 +5,6 @@ padding, so each stage holds less than the one before."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import demo_record, metric
 
 pytestmark = pytest.mark.slow
