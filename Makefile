@@ -19,7 +19,7 @@ export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup browser serve build test pytest regen regen-stale check clean
+.PHONY: help setup browser serve build test pytest regen regen-stale check clean exercise
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -61,6 +61,9 @@ regen-stale: setup  ## regenerate only missing or stale records on DEVICE
 
 check:  ## the fast gate: freshness, claims, plausibility, page structure (runs no demo)
 	@$(if $(wildcard $(PY)),$(PY),python3) -m scripts.check
+
+exercise: setup  ## grade a coding exercise: make exercise NAME=layer_norm [SOLUTION=path] (no NAME: the list)
+	$(PY) -m exercises $(NAME) $(if $(SOLUTION),--solution $(SOLUTION)) --device $(if $(filter command line environment,$(origin DEVICE)),$(DEVICE),auto)
 
 clean:  ## remove build output and caches (keeps .venv)
 	rm -rf site .cache .pytest_cache artifacts
