@@ -59,7 +59,8 @@ if not gpu:
 # %% [markdown]
 # ## The sweep
 #
-# FLOP rate = 2 M N K / time. Each rate is stored with its dtype (so the check compares it with the
+# FLOP rate = 2 M N K / time; the shapes are timed in turn, twice, and each keeps its better median.
+# Each rate is stored with its dtype (so the check compares it with the
 # datasheet peak for that dtype) and, on a GPU, for fp32 and bf16, as a fraction of the same-run
 # square matmul ceiling. The ratio misaligned / aligned is what the page discusses.
 
@@ -69,10 +70,15 @@ for name, (dtype, precision) in PRECISIONS.items():
     if name == "tf32" and not gpu:
         continue
     torch.set_float32_matmul_precision(precision)
+    operands = {shape: (torch.randn(m, kn, device=device, dtype=dtype), torch.randn(kn, kn, device=device, dtype=dtype))
+                for shape, kn in SHAPES.items()}
+    best = {}
+    for _ in range(2):  # the shapes take turns, twice; each keeps its better median (load on a shared
+        for shape, (a, b) in operands.items():  # machine only ever slows a run down)
+            t = run.time(lambda: a @ b)
+            best[shape] = t if shape not in best or t.median_s < best[shape].median_s else best[shape]
     for shape, kn in SHAPES.items():
-        a = torch.randn(m, kn, device=device, dtype=dtype)
-        b = torch.randn(kn, kn, device=device, dtype=dtype)
-        t = run.time(lambda: a @ b)
+        t = best[shape]
         tflops = 2 * m * kn * kn / t.median_s / 1e12
         # On a CPU the ceiling (a square product on every thread, measured while other work runs) is too noisy
         # a yardstick for a one-thread product; the rate is still checked against the dtype's bound.
