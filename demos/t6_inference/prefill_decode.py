@@ -186,10 +186,11 @@ for b in decode_batches:
 # %% [markdown]
 # ## Results
 #
-# Each pass's FLOP rate and byte rate go into the record with the harness ceiling they are
-# compared with (the harness computes those fractions against the better of two ceiling
-# measurements, one at the start and one at the end of the run). The table and the plot read each
-# pass against the yardsticks above (on a CPU, one thread's copy and matmul rates). A pass is
+# Each pass's FLOP rate and byte rate go into the record, with its dtype or memory kind. On a GPU
+# they are stored with the harness ceiling they are compared with (the harness computes those
+# fractions against the better of two ceiling measurements, one at the start and one at the end of
+# the run). The table, the plot and the fraction metrics read each pass against the yardsticks
+# above (on a CPU, one thread's copy and matmul rates). A pass is
 # called compute-bound when its fraction of the matmul rate is the larger of its two fractions,
 # memory-bound otherwise, unless both are below a quarter: then neither resource is what limits it,
 # and it is called overhead-bound (per-op dispatch, small kernels, synchronisation). It is
@@ -202,10 +203,13 @@ for pt in points:
     pt["tag"] = tag
     what = (f"prefill of {pt['batch']} x {pt['p']} tokens" if pt["phase"] == "prefill"
             else f"decode step at batch {pt['batch']}, context {context}")
+    # On a GPU each rate is stored as a fraction of the harness's ceiling. On a CPU those ceilings use
+    # every thread while these passes use one, so the one-thread yardsticks above are the right ones
+    # (a one-thread prefill once read 1.28x an all-thread ceiling sampled on a busy machine).
     run.metric(f"{tag}.tflops", pt["tflops"], "TFLOP/s", label=f"{what}: FLOP rate ({dtype_name})",
-               ceiling=matmul_ceiling, dtype=dtype_name)
+               ceiling=matmul_ceiling if run.device.is_gpu else None, dtype=dtype_name)
     run.metric(f"{tag}.gbps", pt["gbps"], "GB/s", label=f"{what}: minimum bytes moved per second",
-               ceiling="copy_bandwidth", kind="memory", cache_resident=pt["resident"])
+               ceiling="copy_bandwidth" if run.device.is_gpu else None, kind="memory", cache_resident=pt["resident"])
     run.metric(f"{tag}.ms", pt["ms"], "ms", label=f"{what}: time")
     run.metric(f"{tag}.intensity", pt["intensity"], "FLOP/byte", label=f"{what}: FLOPs per minimum byte")
 
@@ -227,13 +231,15 @@ for pt in points:
     else:
         bound = "compute-bound" if pt["of_matmul"] >= pt["of_copy"] else "memory-bound"
     pt["regime"] = bound + (", cache-resident" if pt["resident"] else ", weights from DRAM/HBM")
+    run.metric(f"{pt['tag']}.of_matmul", pt["of_matmul"], "fraction", label=f"{pt['tag']}: fraction of the matmul rate ({yardstick})")
+    run.metric(f"{pt['tag']}.of_copy", pt["of_copy"], "fraction", label=f"{pt['tag']}: fraction of the copy rate ({yardstick})")
     rows.append([pt["phase"], pt["batch"], pt["p"] if pt["phase"] == "prefill" else context, pt["rows"],
                  round(pt["ms"], 3), round(pt["intensity"], 1), f"{pt['tflops']:.3g}", round(pt["of_matmul"], 3),
                  f"{pt['gbps']:.3g}", round(pt["of_copy"], 3), round(pt["working_set"] / 2**20, 1), pt["regime"]])
 run.table("passes", f"One model ({model.n_params() / 1e6:.1f} M parameters, {dtype_name}), prefill and decode; "
           f"fractions of {yardstick}; ridge point {ridge:.1f} FLOP/byte",
           ["phase", "batch", "prompt / context", "rows per weight", "time (ms)", "FLOP/byte", "TFLOP/s",
-           "of matmul ceiling", "GB/s (min)", "of copy ceiling", "working set (MiB)", "regime"], rows)
+           "of matmul rate", "GB/s (min)", "of copy rate", "working set (MiB)", "regime"], rows)
 
 prefill = [pt for pt in points if pt["phase"] == "prefill"]
 decode = [pt for pt in points if pt["phase"] == "decode"]
