@@ -159,7 +159,7 @@ else:
         if smem > 227 * 1024:
             continue
         occ = _cuda.occupancy(threads, kern.num_regs, smem + kern.shared_size_bytes)
-        driver = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.ptr, threads, smem)
+        driver = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.kernel.ptr, threads, smem)  # the CUfunction
         agree.append(driver == occ["blocks_per_sm"])  # recorded, not raised: a mismatch must not lose the run
         run.log(f"  {kernel}, {label}: driver {driver} blocks/SM, formula {occ['blocks_per_sm']} ({kern.num_regs} regs)")
         key = f"{kernel}.{sweep.replace(' ', '_')}.{label.split()[0].replace('maxrregcount=', 'cap')}"
