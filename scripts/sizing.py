@@ -67,7 +67,8 @@ def training_memory(params: float, layers: int, hidden: int, heads: int, seq_len
                     dp: int = 1, tp: int = 1, pp: int = 1, recompute: str = "none", gpu_memory_gb: float = 80.0) -> dict:
     """Bytes per GPU of a training layout: model states (sharded by TP x PP, and by DP under ZeRO 1/2/3)
     plus the activations of the first pipeline stage (cluster_model: Korthikanti et al. per layer, 1F1B,
-    sequence parallelism with TP). Activations are counted in 16 bits; fp32 training doubles them."""
+    sequence parallelism with TP). Activations are counted in 16 bits; fp32 training doubles them (a slight
+    over-count: Korthikanti's 1-byte dropout masks stay 1 byte, so it is 66 s b h rather than 68 per layer)."""
     per = state_bytes_per_param(precision, optimizer)
     shard = params / (tp * pp)
     weights = per["weights"] * shard / (dp if zero_stage >= 3 else 1)
@@ -90,14 +91,17 @@ def serving(params: float, weight_bytes: float, gpus: int, bandwidth_gbs: float,
             context: int, layers: int, kv_heads: int, head_dim: int, kv_bytes: float = 2) -> dict:
     """Decode bounds from memory traffic: every step reads all weights once and each sequence's KV cache
     (at ``context`` tokens), spread over ``gpus`` GPUs' bandwidth. Max batch: the sequences whose caches
-    fit in the memory the weights leave (no activations, no fragmentation: an upper bound)."""
+    fit in the memory the weights leave (no activations, no fragmentation: an upper bound). With tensor
+    parallelism over more GPUs than there are KV heads, each GPU still holds at least one KV head, so the
+    cache is replicated gpus / kv_heads times (as Megatron-LM and vLLM do)."""
     weights = params * weight_bytes
-    kv_seq = kv_cache(layers, kv_heads, head_dim, context, 1, kv_bytes)["bytes"]
+    replicas = gpus / min(gpus, kv_heads) if kv_heads > 0 else 1.0
+    kv_seq = kv_cache(layers, kv_heads, head_dim, context, 1, kv_bytes)["bytes"] * replicas
     step_bytes = weights + batch * kv_seq
     step_s = step_bytes / (gpus * bandwidth_gbs * GB)
     free = gpus * memory_gb * GB - weights
     max_batch = max(0, math.floor(free / kv_seq)) if kv_seq > 0 else 0
-    return {"weights_bytes": weights, "kv_bytes_per_sequence": kv_seq, "step_bytes": step_bytes, "step_s": step_s,
+    return {"weights_bytes": weights, "kv_bytes_per_sequence": kv_seq, "kv_replicas": replicas, "step_bytes": step_bytes, "step_s": step_s,
             "tokens_per_s": batch / step_s, "tokens_per_s_per_sequence": 1.0 / step_s, "free_bytes": free,
             "max_batch": max_batch, "fits": batch <= max_batch}
 

@@ -141,8 +141,8 @@ def test_training_memory_is_the_cluster_model_for_mixed_adam(zero, tp, pp, dp, r
 
 def test_serving_bounds():
     r = sizing.serving(params=1e9, weight_bytes=2, gpus=2, bandwidth_gbs=1000, memory_gb=10, batch=4, context=100,
-                       layers=2, kv_heads=1, head_dim=8, kv_bytes=2)
-    kv_seq = 2 * 2 * 1 * 8 * 2 * 100
+                       layers=2, kv_heads=2, head_dim=8, kv_bytes=2)
+    kv_seq = 2 * 2 * 2 * 8 * 2 * 100  # layers x (K, V) x KV heads x head dim x bytes x tokens
     assert r["kv_bytes_per_sequence"] == kv_seq
     assert math.isclose(r["step_s"], (2e9 + 4 * kv_seq) / 2e12)
     assert r["max_batch"] == math.floor((20e9 - 2e9) / kv_seq)
@@ -156,3 +156,13 @@ def test_bubble_and_all_reduce_are_the_cluster_model():
     link = cm.LINKS["ib_ndr400"]
     assert sizing.all_reduce(1e9, 4, "ib_ndr400")["seconds"] == cm.collective_time(
         "all_reduce", 1e9, 4, link.alpha_s, link.beta_s_per_byte)
+
+
+def test_serving_replicates_the_kv_cache_when_gpus_outnumber_kv_heads():
+    """Tensor parallelism cannot split fewer KV heads than GPUs: each GPU keeps a whole head, so 16 GPUs
+    over 8 KV heads hold the cache twice (more bytes read per step, fewer sequences fit)."""
+    shape = dict(params=70e9, weight_bytes=2, bandwidth_gbs=3350, memory_gb=80, batch=8, context=4096,
+                 layers=80, kv_heads=8, head_dim=128)
+    eight, sixteen = sizing.serving(gpus=8, **shape), sizing.serving(gpus=16, **shape)
+    assert eight["kv_replicas"] == 1 and sixteen["kv_replicas"] == 2
+    assert sixteen["kv_bytes_per_sequence"] == 2 * eight["kv_bytes_per_sequence"]

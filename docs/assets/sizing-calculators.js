@@ -59,13 +59,15 @@
 
   function serving(c) {
     const weights = c.params * c.weight_bytes;
+    // more GPUs than KV heads: each GPU still holds a whole KV head, so the cache is replicated
+    const replicas = c.kv_heads > 0 ? c.gpus / Math.min(c.gpus, c.kv_heads) : 1.0;
     const kvSeq = kvCache({ layers: c.layers, kv_heads: c.kv_heads, head_dim: c.head_dim, context: c.context, batch: 1,
-                            dtype_bytes: c.kv_bytes ?? 2 }).bytes;
+                            dtype_bytes: c.kv_bytes ?? 2 }).bytes * replicas;
     const stepBytes = weights + c.batch * kvSeq;
     const stepS = stepBytes / (c.gpus * c.bandwidth_gbs * GB);
     const free = c.gpus * c.memory_gb * GB - weights;
     const maxBatch = kvSeq > 0 ? Math.max(0, Math.floor(free / kvSeq)) : 0;
-    return { weights_bytes: weights, kv_bytes_per_sequence: kvSeq, step_bytes: stepBytes, step_s: stepS,
+    return { weights_bytes: weights, kv_bytes_per_sequence: kvSeq, kv_replicas: replicas, step_bytes: stepBytes, step_s: stepS,
              tokens_per_s: c.batch / stepS, tokens_per_s_per_sequence: 1.0 / stepS, free_bytes: free,
              max_batch: maxBatch, fits: c.batch <= maxBatch };
   }
@@ -73,8 +75,8 @@
   // Published configs (papers / model cards, cited on docs/calculators.md) and datasheet figures (the same
   // as scripts/datasheets.toml; a test checks them).
   const MODELS = {
-    "llama2-7b": { label: "Llama-2-7B", params: 7e9, layers: 32, hidden: 4096, heads: 32, kv_heads: 32, head_dim: 128, context: 4096 },
-    "llama2-70b": { label: "Llama-2-70B", params: 70e9, layers: 80, hidden: 8192, heads: 64, kv_heads: 8, head_dim: 128, context: 4096 },
+    "llama2-7b": { label: "Llama-2-7B", params: 6.74e9, layers: 32, hidden: 4096, heads: 32, kv_heads: 32, head_dim: 128, context: 4096 },
+    "llama2-70b": { label: "Llama-2-70B", params: 68.98e9, layers: 80, hidden: 8192, heads: 64, kv_heads: 8, head_dim: 128, context: 4096 },
     "llama3-8b": { label: "Llama-3-8B", params: 8.03e9, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, head_dim: 128, context: 8192 },
     "llama3-70b": { label: "Llama-3-70B", params: 70.6e9, layers: 80, hidden: 8192, heads: 64, kv_heads: 8, head_dim: 128, context: 8192 },
     "gpt3-175b": { label: "GPT-3 175B", params: 175e9, layers: 96, hidden: 12288, heads: 96, kv_heads: 96, head_dim: 128, context: 2048 },
