@@ -26,3 +26,17 @@ def test_memory_falls_as_more_layers_are_checkpointed(rec):
 
 def test_recomputation_costs_time(rec):
     assert metric(rec, "every_layer.time_vs_none") > 1.0
+
+
+def test_compiler_budget_keeps_less_and_gets_the_same_gradients(rec):
+    """torch.compile's partitioner under activation_memory_budget: every budget's gradients match eager's (a
+    check), and budget 0 keeps less after the forward than budget 1 (the knob does what it says)."""
+    checks = {c["name"]: c for c in rec["checks"]}
+    not_run = {n["variant"] for n in rec["not_run"]}
+    for budget in ("1", "0.5", "0"):
+        assert f"compiled.budget_{budget}.gradients" in checks or f"compiled.budget_{budget}" in not_run
+    if "compiled.budget_0.gradients" in checks:
+        assert checks["compiled.budget_saves_less"]["passed"]
+        assert metric(rec, "compiled.budget_0.held_mb") < metric(rec, "compiled.budget_1.held_mb")
+        # torch.utils.checkpoint on every layer keeps only layer inputs: less than eager without it
+        assert metric(rec, "eager.every_layer.held_mb") < 0.5 * metric(rec, "eager.none.held_mb")

@@ -13,7 +13,8 @@
 # and *selective* checkpointing, where a policy (`create_selective_checkpoint_contexts`, PyTorch >= 2.4)
 # keeps the matmul outputs and recomputes only the cheap elementwise work. Each variant's gradients
 # must equal the plain run's exactly (checkpointing replays dropout with the saved RNG state), then
-# its peak memory during forward + backward and its step time are measured.
+# its peak memory during forward + backward and its step time are measured. Last, the compiler's own
+# selective recomputation: `torch.compile`'s partitioner choosing what to save under a memory budget.
 
 # %%
 import functools
@@ -121,4 +122,120 @@ run.series("tradeoff", "Peak memory vs step time", "step time (ms)", "peak memor
 every, second = results["every_layer"][0], results["every_2nd"][0]
 run.check("every_layer.saves_memory", every < base_peak and second < base_peak and every <= 1.05 * second,
           f"peak: every layer {every / MB:.2f} MiB, every 2nd {second / MB:.2f} MiB, none {base_peak / MB:.2f} MiB")
+
+# %% [markdown]
+# ## The compiler's selective recomputation: an activation memory budget
+#
+# `torch.compile` traces forward and backward into one joint graph (AOTAutograd) and splits it in
+# two; the min-cut partitioner decides which intermediates the forward saves and which the backward
+# recomputes. By default it recomputes only cheap elementwise ops whose inputs are saved anyway.
+# `torch._functorch.config.activation_memory_budget` (PyTorch >= 2.4) asks for less: 1.0 is the
+# default, lower values let it recompute more (it picks the ops to recompute by estimated runtime
+# per byte saved), 0 recomputes everything it can. Compared here, on the same model *without
+# dropout* (compiled and eager code draw different random masks, so gradients are compared with
+# an eager run to a tolerance), with eager no checkpointing, `torch.utils.checkpoint` on every
+# layer and the matmul-saving policy above.
+#
+# Backend: Inductor on a GPU. On a CPU, `aot_eager_decomp_partition`: the same decompositions,
+# partitioner and budget, run by eager kernels instead of Inductor's generated C++ (compiling C++
+# for each budget takes minutes on a small CPU). So on a CPU the peak memory shows what the
+# partitioner keeps; the step time is eager kernels' time, not Inductor's, and not the point.
+
+# %%
+import dataclasses  # noqa: E402
+
+import torch._functorch.config as functorch_config  # noqa: E402
+
+BUDGETS = (1.0, 0.5, 0.0)
+BACKEND = "inductor" if dev.type == "cuda" else "aot_eager_decomp_partition"
+plain = make_gpt(dataclasses.replace(cfg, dropout=0.0), seed=0, device=dev).train()
+
+
+def plain_step(fn):
+    def go():
+        plain.zero_grad(set_to_none=True)
+        fn(tokens, targets).backward()
+    return go
+
+
+def held_after_forward(fn):
+    """Bytes a forward pass leaves allocated while its loss (and so everything saved for backward) is
+    alive: what the partitioner or the checkpointing decided to keep. On a GPU the allocator's counter;
+    on a CPU the running total of the profiler's memory events at the last one, over the total before."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        loss = fn(tokens, targets)
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated() - before
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss = fn(tokens, targets)  # noqa: F841 (kept alive until the profile closes)
+    stack, events = list(prof.profiler.kineto_results.experimental_event_tree()), []
+    while stack:
+        node = stack.pop()
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+            events.append((node.start_time_ns, node.extra_fields.alloc_size, node.extra_fields.total_allocated))
+        stack.extend(node.children)
+    events.sort()
+    return events[-1][2] - (events[0][2] - events[0][1]) if events else 0
+
+
+compiled_rows, compiled = [], {}
+eager_variants = {"eager none": (0, None), "eager every layer": (1, None)}  # (checkpoint_every, context_fn)
+if create_selective_checkpoint_contexts is not None:
+    eager_variants["eager keep matmuls"] = (1, functools.partial(create_selective_checkpoint_contexts, keep_matmuls))
+for name, (every, context) in eager_variants.items():
+    plain.checkpoint_every, plain.checkpoint_context = every, context
+    fn = plain_step(plain)
+    fn()
+    compiled[name] = (peak_bytes(fn, dev), run.time(fn).median_s, None, held_after_forward(plain))
+plain.checkpoint_every, plain.checkpoint_context = 0, None
+plain_step(plain)()
+plain_reference = torch.cat([p.grad.flatten() for p in plain.parameters()]).clone()
+
+if not hasattr(functorch_config, "activation_memory_budget"):
+    for budget in BUDGETS:
+        run.not_run(f"compiled.budget_{budget:g}", "torch._functorch.config.activation_memory_budget needs PyTorch >= 2.4")
+else:
+    for budget in BUDGETS:
+        torch._dynamo.reset()
+        compiled_model = torch.compile(plain, backend=BACKEND)
+        fn = plain_step(compiled_model)
+        with functorch_config.patch(activation_memory_budget=budget):  # read when the joint graph is partitioned
+            _, compile_s = run.first_call(fn)
+        got = torch.cat([p.grad.flatten() for p in plain.parameters()])
+        run.check_close(f"compiled.budget_{budget:g}.gradients", got, plain_reference, rtol=1e-4, atol=1e-5,
+                        reference_name="eager gradients of the same dropout-free model")
+        compiled[f"compiled, budget {budget:g}"] = (peak_bytes(fn, dev), run.time(fn).median_s, compile_s,
+                                                    held_after_forward(compiled_model))
+    torch._dynamo.reset()
+base = compiled["eager none"]
+for name, (peak, seconds, compile_s, held) in compiled.items():
+    key = (name.replace("compiled, budget ", "compiled.budget_").replace("eager ", "eager.").replace(" ", "_")
+           .replace("budget_0.5", "budget_0p5"))
+    run.metric(f"{key}.peak_mb", peak / MB, "MiB", label=f"{name}, no dropout: peak during forward + backward")
+    run.metric(f"{key}.peak_vs_eager", peak / base[0], "x", label=f"{name}: peak over eager without checkpointing")
+    run.metric(f"{key}.held_mb", held / MB, "MiB", label=f"{name}: allocated after forward (saved for backward)")
+    run.metric(f"{key}.time_vs_eager", seconds / base[1], "x", label=f"{name}: step time over eager ({BACKEND})")
+    if compile_s is not None:
+        run.metric(f"{key}.compile_s", compile_s, "s", label=f"{name}: first call (trace, partition, compile, run)")
+    compiled_rows.append([name, held / MB, peak / MB, peak / base[0], seconds * 1e3, seconds / base[1], compile_s])
+run.table("compiler_budget", f"Dropout-free {cfg.layers}-layer GPT, batch {B} x {cfg.seq}: eager checkpointing vs "
+          f"torch.compile's partitioner under a memory budget (backend {BACKEND})",
+          ["variant", "held after forward MiB", "peak MiB", "peak vs eager", "step ms", "time vs eager",
+           "first call s"], compiled_rows)
+if "compiled, budget 0" in compiled:  # what must hold: a lower budget keeps less for backward
+    tight, loose = compiled["compiled, budget 0"][3], compiled["compiled, budget 1"][3]
+    run.check("compiled.budget_saves_less", tight < loose,
+              f"held after forward: budget 0 {tight / MB:.3f} MiB < budget 1 {loose / MB:.3f} MiB")
+
+# %% [markdown]
+# What the budget buys depends on where the peak is. Budget 0 keeps almost nothing after the
+# forward, but its backward then recomputes the forward of the whole model as one piece, so every
+# activation exists again at once, next to the gradients: its peak need not fall, and can rise above
+# eager's. `torch.utils.checkpoint` per layer bounds the rebuilt activations to one layer at a time.
+# An intermediate budget trades in between; the table says which variant wins at this size.
 run.save()

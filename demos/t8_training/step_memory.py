@@ -271,9 +271,71 @@ for name, layout in LAYOUTS.items():
     design_rows.append([name, values["memory_gb"], "yes" if mem["fits"] else "no", values["dp_gb_sent"],
                         values["tp_gb_sent"], values["compute_s"], values["dp_comm_s"], values["tp_comm_s"],
                         values["step_exposed_s"], values["step_overlap_s"], values["mfu_overlap"]])
-run.table("design", "70B on 64 H100s (cluster model, per GPU, one step of 2M tokens)",
+run.metric("design.compute_efficiency", cm.efficiency(cm.MODELS["70B"]), "fraction",
+           label="the cluster model's compute efficiency at hidden 8192, calibrated on Megatron-LM Table 1")
+run.table("design", "Llama-2-70B on 64 H100s (cluster model, per GPU, one step of 2M tokens)",
           ["layout", "memory GB", "fits 80 GB", "DP GB sent", "TP GB sent", "compute s", "DP comm s", "TP comm s",
            "step s (no overlap)", "step s (overlap)", "MFU (overlap)"], design_rows)
+# %% [markdown]
+# ## On a GPU: the caching allocator's own record (memory snapshot)
+#
+# `torch.cuda.memory._record_memory_history` makes the CUDA caching allocator log every allocation and
+# free with the Python stack that asked for it; `torch.cuda.memory._snapshot()` returns that log and
+# the allocator's segments (what it reserved from the driver). The same pickle opens in PyTorch's
+# memory viewer (pytorch.org/memory_viz). Here the log of one mixed-precision step is replayed to a
+# live-bytes curve, whose peak must agree with `torch.cuda.max_memory_allocated` (the measurement
+# above), and the allocations are grouped by the line of this project's code that made them. On a
+# CPU there is no such allocator log: the accounting above (storages, profiler memory events) is the
+# CPU's view, and the snapshot is recorded as not run.
+
+# %%
+def snapshot_summary(snapshot, top=8):
+    """Replay the first device's log: live bytes at the step's first allocation (the baseline that
+    max_memory_allocated's peak is measured above), the peak, the allocation count, and the bytes
+    allocated per source line (the innermost frame inside demos/)."""
+    events = [e for e in snapshot["device_traces"][0] if e["action"] in ("alloc", "free_completed")]
+    live = peak = 0
+    baseline, sites = None, {}
+    for e in events:
+        frames = e.get("frames", [])
+        if baseline is None and e["action"] == "alloc" and any(
+                f["name"] == "step" and f["filename"].endswith("step_memory.py") for f in frames):
+            baseline, peak = live, live  # one_step's inner step() starts: the model and batch exist
+        live += e["size"] if e["action"] == "alloc" else -e["size"]
+        peak = max(peak, live)
+        if e["action"] == "alloc" and baseline is not None:
+            frame = next((f for f in frames if "demos/" in f["filename"]), None)
+            site = f"{frame['filename'].split('demos/')[-1]}:{frame['line']} {frame['name']}" if frame else "(no demo frame)"
+            count, total = sites.get(site, (0, 0))
+            sites[site] = (count + 1, total + e["size"])
+    reserved = sum(seg["total_size"] for seg in snapshot["segments"])
+    ranked = sorted(sites.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"peak": peak - (baseline or 0), "found_step": baseline is not None,
+            "allocs": sum(c for c, _ in sites.values()), "reserved": reserved, "sites": ranked}
+
+
+if dev.type == "cuda" and hasattr(torch.cuda.memory, "_record_memory_history"):
+    torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+    try:
+        traced = one_step("mixed", cfg.seq)
+        snap = snapshot_summary(torch.cuda.memory._snapshot())
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    run.metric("snapshot.peak_live_mb", snap["peak"] / MB, "MiB",
+               label="peak live bytes above the step's start, replayed from the allocator log")
+    run.metric("snapshot.reserved_mb", snap["reserved"] / MB, "MiB", label="segments the caching allocator holds")
+    run.metric("snapshot.allocations", snap["allocs"], "allocations", label="allocations logged during one step")
+    run.check("snapshot.peak_matches_allocator", snap["found_step"] and
+              abs(snap["peak"] - traced["peak"]) <= 0.02 * traced["peak"] + MB,
+              f"replayed peak above the step's start {snap['peak'] / MB:.2f} MiB vs max_memory_allocated "
+              f"{traced['peak'] / MB:.2f} MiB (step found in the log: {snap['found_step']})")
+    run.table("snapshot_sites", "Where one mixed-precision step allocates (CUDA allocator log, by source line)",
+              ["source line", "allocations", "MiB allocated"],
+              [[site, count, total / MB] for site, (count, total) in snap["sites"]])
+else:
+    run.not_run("memory_snapshot", "torch.cuda.memory._record_memory_history logs the CUDA caching allocator, and this "
+                "device has none; the CPU view is the storage accounting and the profiler's memory events above")
+
 run.artifact("cluster_model_assumptions", cm.assumptions_text())
 run.check("llama2_7B.params", abs(llama2_params(**LLAMA2["7B"]) - 6.738e9) < 1e6,
           "6.738 B, the count the released 7B checkpoint has")
