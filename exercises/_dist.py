@@ -30,8 +30,8 @@ def _worker(rank: int, jobs: list, worlds: tuple, port: int, outdir: str) -> Non
 
     torch.set_num_threads(1)  # several ranks share the cores
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    for j, (exercise, path) in enumerate(jobs):
-        for w in worlds:
+    for j, (exercise, path, job_worlds) in enumerate(jobs):
+        for w in job_worlds or worlds:
             if rank >= w:
                 continue
             out = Path(outdir, f"{j}-{w}-{rank}.jsonl")
@@ -56,8 +56,10 @@ def _worker(rank: int, jobs: list, worlds: tuple, port: int, outdir: str) -> Non
             emit("__done__", True, "")
 
 
-def run_jobs(jobs: list[tuple[str, str]], worlds: tuple = WORLDS, deadline_s: float = 240.0) -> list[dict]:
-    """For each job, {world: [(check, passed, why)]} merged over ranks (a missing rank is a FAIL)."""
+def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.0) -> list[dict]:
+    """For each job (exercise, solution path[, world sizes]), {world: [(check, passed, why)]} merged over
+    ranks (a missing rank is a FAIL). A job without its own world sizes runs on each of ``worlds``."""
+    jobs = [(job[0], str(job[1]), tuple(job[2]) if len(job) > 2 else None) for job in jobs]
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
@@ -65,7 +67,8 @@ def run_jobs(jobs: list[tuple[str, str]], worlds: tuple = WORLDS, deadline_s: fl
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="exercise-ranks-") as outdir:
-        ctx = mp.start_processes(_worker, args=(jobs, worlds, store.port, outdir), nprocs=max(worlds),
+        nprocs = max(max(job[2] or worlds) for job in jobs)
+        ctx = mp.start_processes(_worker, args=(jobs, worlds, store.port, outdir), nprocs=nprocs,
                                  join=False, start_method="spawn")
         crash = ""
         end = time.monotonic() + deadline_s
@@ -87,7 +90,7 @@ def run_jobs(jobs: list[tuple[str, str]], worlds: tuple = WORLDS, deadline_s: fl
         results = []
         for j in range(len(jobs)):
             per_world = {}
-            for w in worlds:
+            for w in jobs[j][2] or worlds:
                 merged: dict[str, list] = {}
                 missing = []
                 for r in range(w):
@@ -114,18 +117,6 @@ def report(g, per_world: dict) -> None:
     for w, rows in per_world.items():
         for name, ok, why in rows:
             g.check(f"{w} ranks: {name}", ok, why)
-
-
-def grade_paths(exercise: str, paths: list, echo: bool = False) -> list:
-    """Grade several solution files of one distributed exercise in one spawn (the project's tests)."""
-    from exercises._grading import Grader
-
-    graders = []
-    for per_world in run_jobs([(exercise, str(p)) for p in paths]):
-        g = Grader(echo=echo)
-        report(g, per_world)
-        graders.append(g)
-    return graders
 
 
 @contextlib.contextmanager

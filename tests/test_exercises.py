@@ -48,18 +48,19 @@ def test_grader_passes_reference_and_fails_each_wrong_solution(name):
 
 
 def test_distributed_graders_on_2_and_4_ranks():
-    """One spawn of 4 gloo ranks grades every distributed solution (references, wrong ones, starters)."""
+    """One spawn of 4 gloo ranks grades every distributed solution: the references on 2 and 4 ranks, the
+    wrong solutions and the starters on 4 (each wrong one fails there; 2 ranks would only add time)."""
     from exercises._dist import WORLDS, run_jobs
 
     jobs, expect = [], []
     for name in DISTRIBUTED:
         ref, wrong = solutions(name)
-        jobs += [(name, str(p)) for p in [ref, *wrong, folder(name) / "starter.py"]]
+        jobs += [(name, ref, WORLDS)] + [(name, p, (4,)) for p in [*wrong, folder(name) / "starter.py"]]
         expect += [True] + [False] * (len(wrong) + 1)
     results = run_jobs(jobs)
-    for (name, path), per_world, should_pass in zip(jobs, results, expect):
-        assert set(per_world) == set(WORLDS)
-        rows = [row for w in WORLDS for row in per_world[w]]
+    for (name, path, worlds), per_world, should_pass in zip(jobs, results, expect):
+        assert set(per_world) == set(worlds)
+        rows = [row for w in worlds for row in per_world[w]]
         failed = [(n, why) for n, ok, why in rows if not ok]
         if should_pass:
             assert rows and not failed, f"{name} reference fails: {failed}"
