@@ -14,6 +14,7 @@ import contextlib
 import json
 import tempfile
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def _worker(rank: int, jobs: list, worlds: tuple, port: int, outdir: str) -> Non
     from exercises._grading import describe
 
     torch.set_num_threads(1)  # several ranks share the cores
+    warnings.simplefilter("ignore")  # deprecation notices from an attempt's imports are noise in a grade
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     for j, (exercise, path, job_worlds) in enumerate(jobs):
         for w in job_worlds or worlds:
