@@ -137,8 +137,8 @@ run.check("every_layer.saves_memory", every < base_peak and second < base_peak a
 # layer and the matmul-saving policy above.
 #
 # Backend: Inductor on a GPU. On a CPU, `aot_eager_decomp_partition`: the same decompositions,
-# partitioner and budget, run by eager kernels instead of Inductor's generated C++ (compiling C++
-# for each budget takes minutes on a small CPU). So on a CPU the peak memory shows what the
+# partitioner and budget, run by eager kernels instead of Inductor's generated C++ (compiled again
+# for every budget, too slow on a small CPU). So on a CPU the peak memory shows what the
 # partitioner keeps; the step time is eager kernels' time, not Inductor's, and not the point.
 
 # %%
