@@ -126,6 +126,10 @@ def launch(worker, world_size: int, *args, device: torch.device = torch.device("
     if device.type != "cpu":
         raise ValueError("launching several ranks from one process is CPU-only (gloo); "
                          "for GPUs start the demo with torchrun, one process per GPU")
+    # DistributedDataParallel imports torch._dynamo on first use (seconds of imports); done here once, the
+    # forked ranks inherit it instead of each paying for it
+    import torch._dynamo  # noqa: F401
+
     with tempfile.TemporaryDirectory(prefix="ranks-") as out_dir:
         mp.start_processes(_forked_rank, args=(world_size, _free_port(), out_dir, worker, args),
                            nprocs=world_size, join=True, start_method="fork")
