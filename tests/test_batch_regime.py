@@ -18,11 +18,16 @@ def test_runtimes_checked(tiny):
 def test_knee_is_batch1_time_over_marginal_row_time(tiny):
     m = tiny["metrics"]
     for r in ("torch", "ort"):
-        knee = m[f"{r}.knee_batch"]["value"]
-        assert knee == pytest.approx(m[f"{r}.batch1_ms"]["value"] / m[f"{r}.row_ms"]["value"], rel=1e-6)
-        rows = next(t for t in tiny["tables"] if t["name"] == "sweep")["rows"]
-        assert [row[0] for row in rows] == [1, 4, 16, 64]
-        # throughput = batch / latency, in the table
-        col = 3 if r == "torch" else 4
-        for row in rows:
-            assert row[col] == pytest.approx(row[0] / (row[col - 2] / 1e3), rel=0.02, abs=1)
+        knee, row = m[f"{r}.knee_batch"]["value"], m[f"{r}.row_ms"]["value"]
+        if row > 0:  # a noisy sweep can make the large-batch slope non-positive; the demo then reports the largest batch
+            assert knee == pytest.approx(m[f"{r}.batch1_ms"]["value"] / row, rel=1e-6)
+        else:
+            assert knee == 64
+    rows = next(t for t in tiny["tables"] if t["name"] == "sweep")["rows"]
+    assert [row[0] for row in rows] == [1, 4, 16, 64]
+    # throughput = batch / latency, checked on the plotted series (full precision, not the rounded table)
+    latency = {line["label"]: line for line in next(s for s in tiny["series"] if s["name"] == "latency")["lines"]}
+    for line in next(s for s in tiny["series"] if s["name"] == "throughput")["lines"]:
+        ms = latency[line["label"]]["y"]
+        for b, thr, t in zip(line["x"], line["y"], ms):
+            assert thr == pytest.approx(b / (t / 1e3), rel=1e-9)

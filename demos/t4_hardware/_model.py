@@ -53,6 +53,29 @@ def make_mlp(size_tuple, seed: int = 0) -> MLP:
     return MLP(*size_tuple, seed=seed).eval()
 
 
+def mlp_key(size: str, *extra: str) -> str:
+    """A short hash naming cached build outputs of the MLP: its code, the size, torch's version and ``extra``."""
+    import hashlib
+    import inspect
+
+    text = inspect.getsource(MLP) + inspect.getsource(make_mlp) + repr(MLP_SIZES[size]) + torch.__version__
+    return hashlib.sha256((text + " ".join(extra)).encode()).hexdigest()[:12]
+
+
+def exported_mlp(size: str, dtype: torch.dtype) -> Path:
+    """The MLP of this size exported to ONNX in ``dtype``, cached under .cache/ (exporting takes longer than
+    anything the demos then measure on it; the file depends only on the code, the size and the versions)."""
+    import onnx
+
+    path = CACHE / f"mlp_{size}_{str(dtype).removeprefix('torch.')}_{mlp_key(size, onnx.__version__)}.onnx"
+    if not path.exists():
+        shape = MLP_SIZES[size]
+        partial = path.with_suffix(".partial")
+        export_onnx(make_mlp(shape).to(dtype), torch.randn(2, shape[0]).to(dtype), partial)
+        partial.replace(path)  # atomic: a run killed mid-export leaves no half-written file under the final name
+    return path
+
+
 def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Path) -> Path:
     """torch.onnx.export (torch.export underneath) with a symbolic batch axis, saved with its weights inside."""
     import onnx

@@ -10,14 +10,10 @@
 # knee. This demo measures it for one small MLP in PyTorch eager and in ONNX Runtime.
 
 # %%
-import tempfile
-from pathlib import Path
-
-import numpy as np
 import torch
 
 from demos.harness.run import start
-from demos.t4_hardware._model import MLP_SIZES, export_onnx, make_mlp, ort_session
+from demos.t4_hardware._model import MLP_SIZES, exported_mlp, make_mlp, ort_session
 
 run = start("batch_regime", title="Latency and throughput vs batch size, PyTorch eager and ONNX Runtime",
             sizes={"tiny": ("tiny", [1, 4, 16, 64]), "small": ("small", [1, 2, 4, 8, 16, 32, 64, 128, 256]),
@@ -36,14 +32,12 @@ run.metric("model.mflop_per_sample", flops_per_sample / 1e6, "MFLOP", label="FLO
 # %% [markdown]
 # ## Two runtimes, one model, checked against each other
 #
-# The model is exported once to ONNX with a symbolic batch axis. Before any timing, ONNX Runtime's output
-# must match PyTorch's at the smallest and the largest batch.
+# The model is exported to ONNX with a symbolic batch axis (once: the file is cached under `.cache/`, keyed
+# by the model's code and the versions). Before any timing, ONNX Runtime's output must match PyTorch's at
+# the smallest and the largest batch.
 
 # %%
-folder = Path(tempfile.mkdtemp(prefix="batch_regime-"))
-onnx_path = export_onnx(model.cpu(), torch.randn(2, d_in), folder / "mlp.onnx")
-model.to(run.torch_device)
-session = ort_session(onnx_path, run.cpu_threads)
+session = ort_session(exported_mlp(model_size, torch.float32), run.cpu_threads)  # exported once, cached
 inputs = {b: torch.randn(b, d_in, generator=torch.Generator().manual_seed(b)) for b in BATCHES}
 with torch.inference_mode():
     for b in (BATCHES[0], BATCHES[-1]):
@@ -61,9 +55,9 @@ device_inputs = {b: x.to(run.torch_device) for b, x in inputs.items()}
 latency = {"torch": [], "ort": []}
 with torch.inference_mode():
     for b in BATCHES:
-        latency["torch"].append(run.time(lambda: model(device_inputs[b])).median_s)
+        latency["torch"].append(run.time(lambda b=b: model(device_inputs[b])).median_s)
         arr = inputs[b].numpy()
-        latency["ort"].append(run.time(lambda: session.run(None, {"x": arr})).median_s)
+        latency["ort"].append(run.time(lambda arr=arr: session.run(None, {"x": arr})).median_s)
 if run.device.is_gpu:
     run.not_run("ort (timing on a GPU)", "ONNX Runtime here is the CPU build (no CUDA execution provider): its "
                 "timings are host timings next to GPU ones; install onnxruntime-gpu to compare on the device")

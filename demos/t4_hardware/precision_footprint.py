@@ -31,22 +31,24 @@ from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from demos.harness.paths import REPO_ROOT
 from demos.harness.provenance import cpu_llc_bytes
 from demos.harness.run import start
-from demos.t4_hardware._model import MLP_SIZES, export_onnx, make_mlp, ort_session
+from demos.t4_hardware._model import MLP_SIZES, exported_mlp, make_mlp, ort_session
 
 run = start("precision_footprint", title="ONNX model footprint, latency and accuracy by precision (FP32, FP16, INT8, INT4)",
             sizes={"tiny": ("tiny", 64, 16), "small": ("small", 512, 64), "full": ("full", 1024, 64)}, cpu_threads=1)
 model_size, n_eval, big_batch = run.sizes
 shape = MLP_SIZES[model_size]
 model = make_mlp(shape)
-folder = Path(tempfile.mkdtemp(prefix="precision_footprint-"))
+scratch = tempfile.TemporaryDirectory(prefix="precision_footprint-")  # removed when the run ends
+folder = Path(scratch.name)
 logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # its per-node INFO lines
 
 # %% [markdown]
 # ## Four files
 
 # %%
-files = {"fp32": export_onnx(model, torch.randn(2, shape[0]), folder / "fp32.onnx"),
-         "fp16": export_onnx(make_mlp(shape).half(), torch.randn(2, shape[0]).half(), folder / "fp16.onnx")}
+# The FP32 and FP16 exports are cached under .cache/ (keyed by the model's code and the versions); the
+# quantized files are made fresh every run from the FP32 one.
+files = {"fp32": exported_mlp(model_size, torch.float32), "fp16": exported_mlp(model_size, torch.float16)}
 quantize_dynamic(str(files["fp32"]), str(folder / "int8.onnx"), weight_type=QuantType.QInt8)
 files["int8"] = folder / "int8.onnx"
 quantizer = MatMulNBitsQuantizer(onnx.load(str(files["fp32"])), block_size=32, is_symmetric=True)
@@ -114,8 +116,8 @@ for name, session in sessions.items():
     dtype = torch.float16 if name == "fp16" else torch.float32
     x1 = torch.randn(1, shape[0]).to(dtype).numpy()
     xb = torch.randn(big_batch, shape[0]).to(dtype).numpy()
-    t1 = run.time(lambda: session.run(None, {"x": x1})).median_s
-    tb = run.time(lambda: session.run(None, {"x": xb})).median_s
+    t1 = run.time(lambda s=session, x=x1: s.run(None, {"x": x})).median_s
+    tb = run.time(lambda s=session, x=xb: s.run(None, {"x": x})).median_s
     size = files[name].stat().st_size
     mem = peak_memory(name)
     results[name] = (size, mem, t1, tb)
@@ -155,7 +157,7 @@ run.check("sizes.shrink", results["fp32"][0] > results["fp16"][0] > results["int
 # %%
 run.not_run("tensorrt", "TensorRT needs an NVIDIA GPU and builds an engine per GPU model and TensorRT version; "
                         "not installed here, and not installed on the project's GPU machine either")
-import onnxruntime as ort  # noqa: E402  (only to ask which execution providers this build has)
+import onnxruntime as ort  # only to ask which execution providers this build has
 
 if "CUDAExecutionProvider" not in ort.get_available_providers():
     run.not_run("onnxruntime CUDA / TensorRT execution providers",

@@ -11,6 +11,8 @@
 # size); 1080p is projected by scaling with the pixel count, and labelled as a projection.
 
 # %%
+import tomllib
+
 import torch
 
 from demos.harness.paths import DATASHEETS
@@ -77,13 +79,13 @@ run.metric("infer.gflops", net.flops_per_pixel() * pixels / stage_s["infer"] / 1
 with torch.inference_mode():
     for f in frames:
         postprocess(net(preprocess(f)))
-    service = [run.first_call(lambda f=frames[i % len(frames)]: postprocess(net(preprocess(f))))[1]
-               for i in range(n_frames)]
+    service = [run.first_call(lambda f=f: postprocess(net(preprocess(f))))[1]
+               for f in (frames[i % len(frames)] for i in range(n_frames))]
 
 
 def pct(values, q):
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 p50, p99 = pct(service, 50), pct(service, 99)
@@ -151,7 +153,7 @@ batch_s = {}
 with torch.inference_mode():
     for b in STREAM_BATCHES:
         xb = torch.cat([preprocess(frames[i % len(frames)]) for i in range(b)])
-        batch_s[b] = run.time(lambda: net(xb)).median_s
+        batch_s[b] = run.time(lambda xb=xb: net(xb)).median_s
 pre_post = stage_s["pre-process"] + stage_s["post-process"]
 b_rows, fits_measured, fits_1080p = [], [], []
 for b, t in batch_s.items():
@@ -183,8 +185,6 @@ run.metric("batch.max_streams_measured", max([b for b, ok in zip(batch_s, fits_m
 # the bound says which targets are hopeless, not which are sufficient.
 
 # %%
-import tomllib  # noqa: E402
-
 with open(DATASHEETS, "rb") as f:
     sheets = tomllib.load(f)
 t_rows = []
