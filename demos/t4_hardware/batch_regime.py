@@ -101,6 +101,11 @@ for r in ("torch", "ort"):
                label=f"{r}: weight bytes / batch-1 time", cache_resident=run.cache_resident(weight_bytes))
     run.metric(f"{r}.largest_gflops", flops_per_sample * BATCHES[-1] / t_max / 1e9, "GFLOP/s", dtype="float32",
                label=f"{r}: FLOP rate at batch {BATCHES[-1]}")
+    # The roofline's prediction from two of the same measurements: twice the model's own ridge point, its FLOP
+    # rate at the largest batch over its weight bandwidth at batch 1 (FP32 weights: b/2 FLOP per byte at batch b).
+    own_ridge = (flops_per_sample * BATCHES[-1] / t_max) / (weight_bytes / t1)
+    run.metric(f"{r}.knee_from_ridge", 2 * own_ridge, "rows",
+               label=f"{r}: 2 x (FLOP rate at batch {BATCHES[-1]} / weight bytes per second at batch 1)")
     # Where latency first doubles over batch 1, read off the measured curve (no model).
     doubled = next((b for b, t in zip(BATCHES, latency[r]) if t >= 2 * t1), None)
     if doubled is not None:
