@@ -161,6 +161,35 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                             "sequential pairs of a 2^26-element kernel (~0.2 ms a call on an H100): <= 50k calls"),
     "timing_wrong_right": (25, "a 4096^3 matmul timed five wrong ways and the right way, 3 compiles"),
     "warmup_and_caches": (45, "5 working sets for the cache sweep, 2000 repeats for the spread study, 7 compiles"),
+    # added this round (T2, T3, T6 extensions; T4; T11): estimates until their first GPU record
+    "lower_irs": (25, "one Triton kernel compiled to TTIR..SASS (~1 s), checked and timed on 4096 x 1000 rows; "
+                      "allocator counters, a side stream with events, the .item() orders timed"),
+    "matmul_epilogue": (40, "8192 x 1024 x 4096 bf16 (69 GFLOP, ~0.1 ms): 5 variants timed, one Inductor compile "
+                            "(~10 s) and a Triton matmul with its epilogue (~2 s to compile)"),
+    "graph_passes": (30, "FX passes on a 64 x 8192 model, Inductor with and without freezing (2 compiles), "
+                         "3 timings"),
+    "prefill_decode": (35, "a 4-layer, 8192-wide bf16 model (~3 GB of weights): prefills of 64..4096 tokens and "
+                           "decode steps at 2 batch sizes, each timed; float64-free checks"),
+    "paged_kv": (25, "decode with a paged and a contiguous cache at 4 block sizes, checked equal; the serving mix "
+                     "simulated on the host"),
+    "hardware_roofline": (10, "arithmetic on datasheet figures and committed records, plus the harness ceilings"),
+    "batch_regime": (30, "one model through PyTorch and ONNX Runtime (CUDA provider when present) at 9 batch sizes "
+                         "(1..256), each timed"),
+    "precision_footprint": (40, "ONNX export in fp32/fp16/int8 (+int4 weight-only), one session each, accuracy and "
+                                "latency; CPU-side quantizers"),
+    "aot_vs_jit": (60, "torch.export + AOTInductor package (a C++ build, ~20-30 s) vs torch.compile, cold start "
+                       "in fresh subprocesses"),
+    "video_pipeline": (40, "a per-frame model at 1080p: 300 frames simulated against a 33 ms deadline at 5 batch "
+                           "sizes, pre/post-processing timed"),
+    "coalescing": (30, "strided copies and transposes on 2^26 floats, Triton (6 compiles) and CUDA C++ via CuPy "
+                       "(nvcc ~2 s each), each timed"),
+    "occupancy": (60, "block-size, register-cap and shared-memory sweeps on 2^28 floats and a 2^26 chase table "
+                      "(~20 points, nvcc per cap), ncu on two points (~10 s each with replay)"),
+    "reductions": (25, "atomic, tree and shuffle sums of 2^28 floats, repeated for bitwise determinism, torch.sum"),
+    "streams": (25, "pageable vs pinned copies of 256 MiB, chunked overlap on two streams, a profiler timeline"),
+    "tensor_cores": (30, "8192^2 matmuls with aligned and misaligned K/N in fp32, TF32 and bf16 (~1 ms each)"),
+    "cpp_extension": (45, "g++ and nvcc builds of the extension (~20 s), 8 threads x 400 calls, compute-sanitizer "
+                          "on the planted bug (~10 s)"),
 }
 T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k tokens = 2e16 FLOPs at ~300 TFLOP/s "
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "

@@ -62,3 +62,13 @@ def test_prose_cells_and_comments_do_not_change_the_digest_but_code_does(tmp_pat
     assert source_digest(demo, tmp_path) != before  # a statement: stale
     demo.write_text(text.replace("import torch", "import torch  # trailing comments are code lines"))
     assert source_digest(demo, tmp_path) != before
+
+
+def test_a_module_run_in_a_child_process_by_name_is_a_source(tmp_path):
+    """A demo that runs `python -m demos.topic.other` in a subprocess depends on that file too."""
+    demo = _tree(tmp_path)
+    demo.write_text(demo.read_text() + 'CHILD = [sys.executable, "-m", "demos.topic.other", "x"]\n')
+    before = source_digest(demo, tmp_path)
+    (tmp_path / "demos/topic/other.py").write_text("UNRELATED = 2\n")
+    assert source_digest(demo, tmp_path) != before
+    assert "demos/topic/other.py" in {p.relative_to(tmp_path).as_posix() for p in local_sources(demo, tmp_path)}

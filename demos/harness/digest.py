@@ -1,7 +1,8 @@
 """The source digest: a hash over the code that produced a record, and the one freshness rule.
 
 It covers the demo file, every file of the harness, and every local module the demo imports,
-followed transitively (found by reading import statements, never by importing). A record whose
+followed transitively (found by reading import statements, never by importing), including a module a
+demo runs in a child process by name (a string literal such as "demos.t4_hardware._cold_start"). A record whose
 digest differs from the current one is stale: the code changed since it was measured.
 
 The digest follows code, not prose: whole-line comments (which include every ``# %% [markdown]``
@@ -13,9 +14,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from pathlib import Path
 
 from demos.harness.paths import REPO_ROOT
+
+
+_MODULE_NAME = re.compile(r"demos(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 
 
 def _module_file(module: str, root: Path) -> Path | None:
@@ -54,6 +59,8 @@ def _imported_modules(path: Path, root: Path) -> set[str]:
             names.add(module)
             # "from pkg import name" may import the submodule pkg.name
             names.update(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_NAME.match(node.value):
+            names.add(node.value)  # a module run in a child process: [sys.executable, "-m", "demos.x._child"]
     return names
 
 
