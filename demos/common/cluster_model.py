@@ -278,7 +278,8 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-WHOLE_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "microbatch_size", "microbatches",
+WHOLE_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "microbatch_size",
+                "microbatches",
                 "tp", "pp", "dp", "interleave", "gpus_per_node")
 POSITIVE_FIELDS = ("gpu_memory_gb", "peak_tflops", "intra_bandwidth_gbs", "inter_bandwidth_gbs")
 NON_NEGATIVE_FIELDS = ("intra_alpha_us", "inter_alpha_us")
@@ -680,7 +681,8 @@ def validation_rows() -> list[dict]:
     for stage, name, published in ((0, "baseline", 120.0), (1, "P_os", 31.4), (2, "P_os+g", 16.6),
                                    (3, "P_os+g+p", 1.9)):
         model = model_state_bytes(7.5e9, 64, stage)["model_states_bytes"] / GB
-        row(f"zero.stage{stage}", f"model states per GPU, 7.5B params, 64 GPUs, {name}", "Rajbhandari et al., ZeRO, Figure 1",
+        row(f"zero.stage{stage}", f"model states per GPU, 7.5B params, 64 GPUs, {name}",
+            "Rajbhandari et al., ZeRO, Figure 1",
             ZERO_URL, published, model, "GB")
     # Korthikanti et al.: GPT-3 175B (s 2048, h 12288, a 96) with t = 8, b = 1, per layer
     gpt3 = dict(layers=96, hidden=12288, heads=96, kv_heads=96, ffn_hidden=4 * 12288, gated_mlp=False,
@@ -696,37 +698,43 @@ def validation_rows() -> list[dict]:
         t = cfg_fields["tp"]
         published = korthikanti_bytes(2048, 1, 12288, 96, t, case) / GB
         model = activation_bytes_per_layer(Config(**gpt3, **cfg_fields)) / GB
-        row(f"activations.{key}", f"activations per layer, GPT-3 175B, {label}", "Korthikanti et al., Table 2 (formula)", KORTHIKANTI_URL,
+        row(f"activations.{key}", f"activations per layer, GPT-3 175B, {label}",
+            "Korthikanti et al., Table 2 (formula)", KORTHIKANTI_URL,
             published, model, "GB", "formula")
     for key, name, h, a, published in (("gpt3", "GPT-3 175B", 12288, 96, 70.0),
                                        ("mtnlg", "MT-NLG 530B", 20480, 128, 65.0)):
         shape = dict(gpt3, hidden=h, heads=a, kv_heads=a, ffn_hidden=4 * h, tp=8)
         saved = 1 - activation_bytes_per_layer(Config(**shape, recompute="selective")) / \
             activation_bytes_per_layer(Config(**shape))
-        row(f"selective_saved.{key}", f"activation memory saved by selective recomputation, {name}", "Korthikanti et al., section 4.2",
+        row(f"selective_saved.{key}", f"activation memory saved by selective recomputation, {name}",
+            "Korthikanti et al., section 4.2",
             KORTHIKANTI_URL, published, 100 * saved, "%")
     gpt3_cfg = Config(**gpt3)
     extra = flops_per_token(dataclasses.replace(gpt3_cfg, recompute="selective"))["attention"] / 3.0
     layer_forward = (2.0 * layer_params(gpt3_cfg) + 4.0 * gpt3_cfg.hidden * gpt3_cfg.seq_len) * gpt3_cfg.layers
-    row("selective_flops.gpt3", "selective recomputation FLOPs over a forward pass, GPT-3 175B", "Korthikanti et al., section 4.2",
+    row("selective_flops.gpt3", "selective recomputation FLOPs over a forward pass, GPT-3 175B",
+        "Korthikanti et al., section 4.2",
         KORTHIKANTI_URL, 2.7, 100 * extra / layer_forward, "%")
     # nccl-tests: busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather and reduce-scatter
     for kind, factor in (("all_reduce", 2 * 7 / 8), ("all_gather", 7 / 8), ("reduce_scatter", 7 / 8)):
         n_bytes, busbw = 1e9, 450e9
         published = n_bytes / (busbw / factor) * 1e3  # time = size / algbw, algbw = busbw / factor
         model = collective_time(kind, n_bytes, 8, 0.0, 1.0 / busbw) * 1e3
-        row(f"nccl.{kind}", f"{kind.replace('_', '-')} of 1 GB on 8 GPUs at 450 GB/s bus bandwidth", "nccl-tests PERFORMANCE.md",
+        row(f"nccl.{kind}", f"{kind.replace('_', '-')} of 1 GB on 8 GPUs at 450 GB/s bus bandwidth",
+            "nccl-tests PERFORMANCE.md",
             NCCL_TESTS_URL, published, model, "ms", "formula")
     # Megatron-LM: FLOP count (eq. 3), the calibration (Table 1) and an out-of-sample check (Table 2)
     last = MEGATRON_TABLE1[-1]
     cfg = megatron_config(last)
     published = megatron_eq3_flops(last[7], 2048, last[3], last[2], 51200)
-    row("megatron.eq3_1t", "FLOPs of one iteration, 1T model, batch 3072 (eq. 3)", "Narayanan et al. 2021, eq. 3", MEGATRON_URL,
+    row("megatron.eq3_1t", "FLOPs of one iteration, 1T model, batch 3072 (eq. 3)", "Narayanan et al. 2021, eq. 3",
+        MEGATRON_URL,
         published / 1e21, step_time(cfg)["flops"] / 1e21, "ZFLOP", "formula")
     for table, rows_in, kind in (("Table 1", MEGATRON_TABLE1, "calibration"), ("Table 2", MEGATRON_TABLE2_PTDP,
                                                                               "validation")):
         for r in rows_in:
-            row(f"megatron.{'t1' if kind == 'calibration' else 't2'}.{r[6]}gpu", f"TFLOP/s per GPU, {r[0]:g}B on {r[6]} A100s (TP {r[4]}, PP {r[5]}, batch {r[7]})",
+            row(f"megatron.{'t1' if kind == 'calibration' else 't2'}.{r[6]}gpu",
+                f"TFLOP/s per GPU, {r[0]:g}B on {r[6]} A100s (TP {r[4]}, PP {r[5]}, batch {r[7]})",
                 f"Narayanan et al. 2021, {table}", MEGATRON_URL, float(r[-1]), achieved_tflops(megatron_config(r)),
                 "TFLOP/s", kind)
     for r in rows:

@@ -42,6 +42,7 @@ from demos.harness.run import start
 from demos.harness.timing import summarize
 from demos.t7_parallelism import _dist
 from demos.t7_parallelism._collectives import COLLECTIVES, collective_ops, expected_output, rank_worker
+from demos.t7_parallelism._validation import record_validation
 
 KiB, MiB = 2**10, 2**20
 
@@ -220,35 +221,11 @@ run.table("collective_times", f"Measured median time per collective ({backend}),
 # difference. *formula* rows evaluate a paper's formula typed independently of the model's code;
 # *calibration* rows are what the compute efficiency was fitted to (Megatron-LM's Table 1, one
 # efficiency per run, `EFFICIENCY_BY_HIDDEN`), so they agree by construction; the Table 2 rows are
-# runs the fit never saw (other batch and data-parallel sizes).
+# runs the fit never saw (other batch and data-parallel sizes). Tolerances: 1e-9 for formulas, 0.1%
+# for the calibration (its 4-digit rounding), 5% for the rest (published figures are rounded).
 
 # %%
-TOLERANCE = {"formula": 1e-9, "calibration": 1e-3, "validation": 0.05}  # rounded published figures: 5%
-validation = cluster_model.validation_rows()
-A100_PEAK = cluster_model.A100_SELENE["peak_tflops"]
-for r in validation:
-    if r["unit"] == "TFLOP/s":  # a projected A100 rate, not one of this machine: recorded as a fraction of its peak
-        run.metric(f"validation.{r['key']}.model", r["model"] / A100_PEAK, "fraction",
-                   label=f"this model: {r['figure']}, as a fraction of the A100's {A100_PEAK:g} TFLOP/s peak")
-    else:
-        run.metric(f"validation.{r['key']}.model", r["model"], r["unit"], label=f"this model: {r['figure']}")
-    if abs(r["difference"]) < 1e-12:  # an exact formula, off only by float rounding (1e-14): shown as 0
-        r["difference"] = 0.0
-    run.metric(f"validation.{r['key']}.difference", r["difference"], "fraction",
-               label=f"(model - published) / published: {r['figure']} ({r['source']})")
-    run.check(f"validation.{r['key']}", abs(r["difference"]) <= TOLERANCE[r["kind"]],
-              f"{r['figure']}: model {r['model']:.4g} vs published {r['published']:g} {r['unit']} "
-              f"({r['source']}), {r['difference']:+.2%} ({r['kind']}, tolerance {TOLERANCE[r['kind']]:.0e})")
-run.table("validation", "The cost model against published figures (difference = (model - published) / published)",
-          ["figure", "source", "published", "this model", "unit", "difference", "kind"],
-          [[r["figure"], f"[{r['source']}]({r['url']})", r["published"], round(r["model"], 4), r["unit"],
-            f"{r['difference']:+.2%}", r["kind"]] for r in validation])
-t2 = [r for r in validation if r["key"].startswith("megatron.t2.")]
-run.metric("validation.megatron.t2.max_abs_difference", max(abs(r["difference"]) for r in t2), "fraction",
-           label="largest |difference| over Megatron-LM Table 2's six PTD-P runs (not used by the calibration)")
-for hidden, eff in cluster_model.EFFICIENCY_BY_HIDDEN:
-    run.metric(f"calibration.efficiency.h{hidden}", eff, "fraction",
-               label=f"compute efficiency fitted to Megatron-LM Table 1 at hidden size {hidden}")
+validation = record_validation(run)  # _validation.py: a metric, a check and a table row per published figure
 
 # %% [markdown]
 # ## Memory per GPU

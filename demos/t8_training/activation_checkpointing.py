@@ -198,7 +198,8 @@ plain_reference = torch.cat([p.grad.flatten() for p in plain.parameters()]).clon
 
 if not hasattr(functorch_config, "activation_memory_budget"):
     for budget in BUDGETS:
-        run.not_run(f"compiled.budget_{budget:g}", "torch._functorch.config.activation_memory_budget needs PyTorch >= 2.4")
+        run.not_run(f"compiled.budget_{budget:g}",
+                    "torch._functorch.config.activation_memory_budget needs PyTorch >= 2.4")
 else:
     for budget in BUDGETS:
         torch._dynamo.reset()

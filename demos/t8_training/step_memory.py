@@ -305,7 +305,8 @@ def snapshot_summary(snapshot, top=8):
         peak = max(peak, live)
         if e["action"] == "alloc" and baseline is not None:
             frame = next((f for f in frames if "demos/" in f["filename"]), None)
-            site = f"{frame['filename'].split('demos/')[-1]}:{frame['line']} {frame['name']}" if frame else "(no demo frame)"
+            site = (f"{frame['filename'].split('demos/')[-1]}:{frame['line']} {frame['name']}" if frame
+                    else "(no demo frame)")
             count, total = sites.get(site, (0, 0))
             sites[site] = (count + 1, total + e["size"])
     reserved = sum(seg["total_size"] for seg in snapshot["segments"])
@@ -341,7 +342,8 @@ run.check("llama2_7B.params", abs(llama2_params(**LLAMA2["7B"]) - 6.738e9) < 1e6
           "6.738 B, the count the released 7B checkpoint has")
 for name, shape in LLAMA2.items():  # the cluster model's presets are the same shapes (it leaves out norm weights)
     norms = shape["layers"] * 2 * shape["h"] + shape["h"]
-    run.check(f"llama2_{name}.cluster_model_params", cm.config_params(cm.MODELS[name]) == llama2_params(**shape) - norms,
+    run.check(f"llama2_{name}.cluster_model_params",
+              cm.config_params(cm.MODELS[name]) == llama2_params(**shape) - norms,
               f"cluster_model preset {cm.MODEL_NAMES[name]}: {cm.config_params(cm.MODELS[name]):,.0f} parameters + "
               f"{norms:,} norm weights")
 run.save()
