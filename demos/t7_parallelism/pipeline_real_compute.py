@@ -237,16 +237,16 @@ for s in SCHEDULES:
         run.metric(f"{name}.closed_form_ms", r["closed_form_s"] * 1e3, "ms",
                    label="(m+p-1)(t_f+t_b) + 2(p-1)d + 2(m-1)g")
         run.metric(f"{name}.busy_ms", r["busy_s"] * 1e3, "ms", label="one stage's F + B time per step (mean)")
-        run.metric(f"{name}.t_f_ms", r["t_f"] * 1e3, "ms", label="one microbatch's forward on one stage (median)")
-        run.metric(f"{name}.t_b_ms", r["t_b"] * 1e3, "ms", label="one microbatch's backward on one stage (median)")
-        run.metric(f"{name}.handover_us", r["d"] * 1e6, "us", label="hand-over latency d (median)")
-        run.metric(f"{name}.host_gap_us", r["g"] * 1e6, "us", label="host gap g between ready operations (median)")
+        run.metric(f"{name}.t_f_ms", r["t_f"] * 1e3, "ms", label="one microbatch's forward on one stage (mean over stages and steps)")
+        run.metric(f"{name}.t_b_ms", r["t_b"] * 1e3, "ms", label="one microbatch's backward on one stage (mean over stages and steps)")
+        run.metric(f"{name}.handover_us", r["d"] * 1e6, "us", label="hand-over latency d (mean over hand-overs)")
+        run.metric(f"{name}.host_gap_us", r["g"] * 1e6, "us", label="host gap g between ready operations (mean)")
         rows.append([NAMES[s], m, round(r["formula"], 3), round(r["bubble"], 3), round(r["corrected"], 3),
                      round(r["t_f"] * 1e3, 3), round(r["t_b"] * 1e3, 3), round(r["d"] * 1e6), round(r["g"] * 1e6),
                      round(r["one_way"] * 1e6), round(r["busy_s"] * 1e3, 2), round(r["step_s"] * 1e3, 2),
                      round(r["predicted_s"] * 1e3, 2)])
-run.table("bubble", f"Real compute, p = {P} stages, batch {size['batch']} x width {size['width']} (median of "
-          f"{size['repeats']} steps)", ["schedule", "m", "formula", "measured idle", "corrected formula",
+run.table("bubble", f"Real compute, p = {P} stages, batch {size['batch']} x width {size['width']} (step times: median of "
+          f"{size['repeats']} steps; t_f, t_b, d, g: means)", ["schedule", "m", "formula", "measured idle", "corrected formula",
           "t_f ms", "t_b ms", "d us", "g us", "one-way send us", "busy ms", "step ms", "corrected step ms"], rows)
 run.series("bubble_vs_m", f"Idle fraction vs microbatches, p = {P}, real compute", "microbatches m",
            "idle fraction of the step",
