@@ -10,12 +10,13 @@ import dataclasses
 import pytest
 
 from demos.common import cluster_model as cm
+from demos.common import cluster_validation as cv
 
-ROWS = {r["key"]: r for r in cm.validation_rows()}
+ROWS = {r["key"]: r for r in cv.validation_rows()}
 
 
 def test_every_row_names_its_source_and_kind():
-    assert len(ROWS) == len(cm.validation_rows())  # keys are unique
+    assert len(ROWS) == len(cv.validation_rows())  # keys are unique
     for r in ROWS.values():
         assert r["url"].startswith("https://") and r["source"] and r["kind"] in ("validation", "formula", "calibration")
         assert r["difference"] == pytest.approx((r["model"] - r["published"]) / r["published"])
@@ -76,9 +77,9 @@ def test_collective_time_is_nccl_tests_bus_bandwidth(kind, factor, n):
 
 def test_megatron_flop_count_is_eq3():
     """Narayanan et al. 2021 eq. 3, 96 B s l h^2 (1 + s/6h + V/16lh), for every Table 1 model."""
-    for row in cm.MEGATRON_TABLE1:
-        cfg = cm.megatron_config(row)
-        eq3 = cm.megatron_eq3_flops(row[7], 2048, row[3], row[2], 51200)
+    for row in cv.MEGATRON_TABLE1:
+        cfg = cv.megatron_config(row)
+        eq3 = cv.megatron_eq3_flops(row[7], 2048, row[3], row[2], 51200)
         assert cm.step_time(cfg)["flops"] == pytest.approx(eq3, rel=1e-12)
 
 
@@ -90,18 +91,18 @@ def test_attention_flops_are_counted():
 
 
 def test_efficiency_table_is_the_calibration_rounded():
-    assert len(cm.EFFICIENCY_BY_HIDDEN) == len(cm.MEGATRON_TABLE1)
-    for (hidden, eff), row in zip(cm.EFFICIENCY_BY_HIDDEN, cm.MEGATRON_TABLE1):
+    assert len(cm.EFFICIENCY_BY_HIDDEN) == len(cv.MEGATRON_TABLE1)
+    for (hidden, eff), row in zip(cm.EFFICIENCY_BY_HIDDEN, cv.MEGATRON_TABLE1):
         assert hidden == row[2]
-        assert eff == round(cm.calibrate_efficiency(row), 4)
+        assert eff == round(cv.calibrate_efficiency(row), 4)
         assert 0 < eff < 1
 
 
 def test_calibrated_model_reproduces_table1_and_predicts_table2():
-    for row in cm.MEGATRON_TABLE1:  # fitted: agrees up to the 4-digit rounding of the efficiency
-        assert cm.achieved_tflops(cm.megatron_config(row)) == pytest.approx(row[-1], rel=1e-3)
-    for row in cm.MEGATRON_TABLE2_PTDP:  # never fitted: within 5% (measured: +1% to +4%)
-        assert cm.achieved_tflops(cm.megatron_config(row)) == pytest.approx(row[-1], rel=0.05)
+    for row in cv.MEGATRON_TABLE1:  # fitted: agrees up to the 4-digit rounding of the efficiency
+        assert cv.achieved_tflops(cv.megatron_config(row)) == pytest.approx(row[-1], rel=1e-3)
+    for row in cv.MEGATRON_TABLE2_PTDP:  # never fitted: within 5% (measured: +1% to +4%)
+        assert cv.achieved_tflops(cv.megatron_config(row)) == pytest.approx(row[-1], rel=0.05)
 
 
 def test_efficiency_rises_with_model_size_and_is_explicit():

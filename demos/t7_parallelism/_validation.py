@@ -1,19 +1,19 @@
-"""The scale model's validation rows (cluster_model.validation_rows) recorded in a run: one metric for the
+"""The scale model's validation rows (cluster_validation.validation_rows) recorded in a run: one metric for the
 model's value and one for its difference from the published figure per row, a check per row with a
 tolerance by kind, the whole table, and the calibrated compute efficiencies. Plumbing for scale_model.py."""
 
 from __future__ import annotations
 
-from demos.common import cluster_model
+from demos.common import cluster_model, cluster_validation
 
 # formula: typed independently, equal up to float rounding; calibration: fitted, equal up to the 4-digit
 # rounding of the efficiency; validation: published figures rounded to 2-3 digits, and runs never fitted: 5%
 TOLERANCE = {"formula": 1e-9, "calibration": 1e-3, "validation": 0.05}
-A100_PEAK = cluster_model.A100_SELENE["peak_tflops"]
+A100_PEAK = cluster_validation.A100_SELENE["peak_tflops"]
 
 
 def record_validation(run) -> list[dict]:
-    validation = cluster_model.validation_rows()
+    validation = cluster_validation.validation_rows()
     for r in validation:
         if r["unit"] == "TFLOP/s":  # a projected A100 rate, not one of this machine: a fraction of its peak
             run.metric(f"validation.{r['key']}.model", r["model"] / A100_PEAK, "fraction",

@@ -40,7 +40,7 @@ import torch
 from demos.common import cluster_model
 from demos.harness.run import start
 from demos.harness.timing import summarize
-from demos.t7_parallelism import _dist
+from demos.t7_parallelism import _alpha_beta, _dist
 from demos.t7_parallelism._collectives import COLLECTIVES, collective_ops, expected_output, rank_worker
 from demos.t7_parallelism._validation import record_validation
 
@@ -164,44 +164,8 @@ link_world = max([p for p in world_sizes if p <= cores] or [min(world_sizes)])
 fits = {}  # (kind, world size) -> (alpha, beta)
 fit_rows = []
 for kind in measured_kinds:
-    features = cluster_model.FEATURES[kind]
-
-    def points(worlds, only=None):
-        return [(*features(n, p), measured[p][(kind, n)].median_s) for p in worlds for n in sizes["bytes"]
-                if only is None or n in only]
-
-    lines = {}
-    for p in world_sizes:
-        alpha, beta = fits[(kind, p)] = cluster_model.fit_alpha_beta(points([p]))
-        err_all = cluster_model.max_relative_error(points([p]), alpha, beta)
-        err_large = cluster_model.max_relative_error(points([p], largest), alpha, beta)
-        run.metric(f"{backend}.{kind}.p{p}.alpha_us", alpha * 1e6, "us",
-                   label=f"{kind} on {p} ranks: fitted alpha (latency per step)")
-        run.metric(f"{backend}.{kind}.p{p}.bandwidth_gbs", 1 / beta / 1e9, "GB/s",
-                   label=f"{kind} on {p} ranks: fitted 1/beta (bytes each rank sends per second)")
-        run.metric(f"{backend}.{kind}.p{p}.max_rel_err", err_all, "fraction",
-                   label=f"{kind} on {p} ranks: largest |model - measured| / measured over all sizes")
-        run.metric(f"{backend}.{kind}.p{p}.max_rel_err_largest", err_large, "fraction",
-                   label=f"{kind} on {p} ranks: largest relative error at the two largest sizes")
-        run.check(f"fit.{kind}.p{p}.largest_sizes", err_large <= FIT_MARGIN_LARGEST,
-                  f"alpha {alpha * 1e6:.1f} us, 1/beta {1 / beta / 1e9:.3f} GB/s reproduce the measured times within "
-                  f"{err_large:.0%} at {', '.join(f'{n / MiB:g} MiB' for n in largest)} "
-                  f"(margin {FIT_MARGIN_LARGEST:.0%})")
-        fit_rows.append([kind, str(p), round(alpha * 1e6, 1), round(1 / beta / 1e9, 3), round(err_all, 3),
-                         round(err_large, 3)])
-        xs = [n / MiB for n in sizes["bytes"]]
-        lines[f"measured, {p} ranks"] = (xs, [measured[p][(kind, n)].median_s * 1e3 for n in sizes["bytes"]])
-        lines[f"model, {p} ranks"] = (xs, [cluster_model.collective_time(kind, n, p, alpha, beta) * 1e3
-                                            for n in sizes["bytes"]])
-    if len(world_sizes) > 1:
-        alpha, beta = cluster_model.fit_alpha_beta(points(world_sizes))
-        err_all = cluster_model.max_relative_error(points(world_sizes), alpha, beta)
-        err_large = cluster_model.max_relative_error(points(world_sizes, largest), alpha, beta)
-        run.metric(f"{backend}.{kind}.joint.max_rel_err_largest", err_large, "fraction",
-                   label=f"{kind}: one (alpha, beta) for every world size, largest relative error at the two "
-                         "largest sizes")
-        fit_rows.append([kind, "all together", round(alpha * 1e6, 1), round(1 / beta / 1e9, 3), round(err_all, 3),
-                         round(err_large, 3)])
+    lines = _alpha_beta.fit_and_record(run, backend, kind, measured, world_sizes, sizes["bytes"], largest,
+                                       FIT_MARGIN_LARGEST, fits, fit_rows)
     run.series(f"{backend}_{kind}", f"{kind} over {backend}: measured vs fitted alpha-beta model",
                "message size n (MiB, full buffer)", "time (ms)", lines, x_log=True, y_log=True)
 
