@@ -106,3 +106,18 @@ def test_pages_show_the_tested_reference_and_link_both_ways():
         assert f"../topics/{topic}.md" in text, f"{name} links its topic page"
         topic_text = (REPO / "docs" / "topics" / f"{topic}.md").read_text()
         assert f"../exercises/{page.name}" in topic_text, f"{topic}.md links back to {name}"
+
+
+def test_a_wrong_variant_is_the_reference_with_its_edits_and_an_edit_that_no_longer_matches_is_refused(monkeypatch):
+    import importlib
+
+    import exercises
+
+    ref, wrong = solutions("layer_norm")
+    variant = exercises.wrong_variant("layer_norm", "eps_outside_sqrt")
+    assert variant.startswith('"""Wrong on purpose:') and variant != ref.read_text()
+    assert any(p.name == "wrong_eps_outside_sqrt.py" and p.read_text() == variant for p in wrong)
+    module = importlib.import_module("exercises.layer_norm.wrong")
+    monkeypatch.setitem(module.WRONG, "stale", ("an edit the solution no longer contains", [("no such line\n", "x\n")]))
+    with pytest.raises(ValueError, match="matches solution.py 0 times"):
+        exercises.wrong_variant("layer_norm", "stale")
