@@ -124,20 +124,29 @@ class FlatZero:
                 "adam": storage_bytes(optimizer_state(self.optimizer))}
 
 
+def adam_step(module, opt):
+    """One MSE training step of ``module`` (DDP or FSDP-wrapped) with its Adam optimizer."""
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(module(x), y).backward()
+        opt.step()
+    return step
+
+
+def held_by(model, opt):
+    """What this rank holds, counted from the tensors' storage: parameters, gradients, Adam state."""
+    return lambda: {"param": storage_bytes(model.parameters()),
+                    "grad": storage_bytes(q.grad for q in model.parameters()),
+                    "adam": storage_bytes(optimizer_state(opt))}
+
+
 def build(variant, rank, p):
     model = make_mlp(cfg["layers"], cfg["width"]).to(ranks.device)
     if variant == "ddp":
         ddp = DistributedDataParallel(model)
         opt = torch.optim.Adam(ddp.parameters(), lr=LR)
-
-        def step(x, y):
-            opt.zero_grad(set_to_none=True)
-            F.mse_loss(ddp(x), y).backward()
-            opt.step()
-        held = lambda: {"param": storage_bytes(model.parameters()),  # noqa: E731
-                        "grad": storage_bytes(q.grad for q in model.parameters()),
-                        "adam": storage_bytes(optimizer_state(opt))}
-        return step, held, lambda: torch.cat([q.detach().flatten() for q in model.parameters()])
+        return (adam_step(ddp, opt), held_by(model, opt),
+                lambda: torch.cat([q.detach().flatten() for q in model.parameters()]))
     if variant in ("zero1", "zero2"):
         zero = FlatZero(model, rank, p, 1 if variant == "zero1" else 2)
         return zero.step, zero.held, lambda: zero.flat[:zero.n].clone()
@@ -146,17 +155,9 @@ def build(variant, rank, p):
             fully_shard(layer)
     fully_shard(model)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-
-    def step(x, y):
-        opt.zero_grad(set_to_none=True)
-        F.mse_loss(model(x), y).backward()
-        opt.step()
-    held = lambda: {"param": storage_bytes(model.parameters()),  # noqa: E731
-                    "grad": storage_bytes(q.grad for q in model.parameters()),
-                    "adam": storage_bytes(optimizer_state(opt))}
     full = lambda: torch.cat([q.full_tensor().flatten() if isinstance(q, DTensor) else q.flatten()  # noqa: E731
                               for q in model.parameters()]).detach()
-    return step, held, full
+    return adam_step(model, opt), held_by(model, opt), full
 
 
 def worker(rank, p):

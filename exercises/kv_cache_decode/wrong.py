@@ -1,7 +1,4 @@
-"""One-bug variants of solution.py: each is the reference with one bug put in, as edits (old -> new) that
-must each match the solution exactly once; ``exercises.solutions`` writes them out under .cache/exercises/
-and tests/test_exercises.py requires the grader to fail every one. (A wrong attempt that is a different
-implementation, not a variant, stays a ``wrong_*.py`` file.)"""
+"""One-bug variants of solution.py, as edits (old -> new): see ``exercises.wrong_variant``."""
 
 WRONG = {  # bug: (what is wrong, edits)
     'attends_before_write': (
