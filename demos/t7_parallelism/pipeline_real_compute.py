@@ -43,7 +43,7 @@ run = start(
     "pipeline_real_compute",
     title="Pipeline bubble with real stage compute: measured gaps and a corrected formula",
     sizes={  # batch rows, width (hidden 4 x width), microbatch counts, timed steps
-        "tiny": {"batch": 64, "width": 128, "microbatches": [1, 2, 4], "repeats": 3},
+        "tiny": {"batch": 64, "width": 128, "microbatches": [1, 2, 4], "repeats": 7},
         "small": {"batch": 256, "width": 384, "microbatches": [1, 2, 4, 8, 16], "repeats": 3},
         "full": {"batch": 512, "width": 512, "microbatches": [1, 2, 4, 8, 16], "repeats": 5},
     },
