@@ -337,10 +337,34 @@ def test_search_ranks_the_topic_page_that_answers_first(page, query, topic):
     assert any(f"topics/{t}/" in href for t in topics), f"first result for {query!r}: {title!r} ({href})"
 
 
+def test_search_index_loads_only_when_search_is_used(chromium, server):
+    """Issue 16 item 2: the index is loaded only when search is used. Opening a page fetches nothing of
+    it, not even after the page has idled; focusing the search field (here with the theme's "/" shortcut)
+    fetches it once, and a query then finds its page."""
+    for viewport in (DESKTOP, PHONE):
+        context, pg, errors = _context_page(chromium, server, viewport)
+        fetched = []
+        pg.on("request", lambda r: fetched.append(r.url) if "search_index" in r.url else None)
+        pg.goto(server + "topics/parallelism/", wait_until="load")
+        pg.wait_for_load_state("networkidle")
+        pg.wait_for_timeout(500)
+        assert fetched == [], f"fetched before search was used: {fetched}"
+        if viewport is DESKTOP:
+            pg.keyboard.press("/")
+        else:  # the header's magnifier, what a reader taps on a phone
+            pg.locator("label.md-header__button[for=__search]").first.click()
+        pg.wait_for_function("() => document.querySelector('.md-search-result__meta')")
+        pg.locator("input.md-search__input").press_sequentially("bubble", delay=20)
+        pg.locator(".md-search-result__item").first.wait_for(timeout=10_000)
+        assert len(fetched) == 1 and fetched[0].endswith("search/search_index.json"), fetched
+        context.close()
+        assert not errors
+
+
 @pytest.mark.parametrize("path", topic_paths())
 def test_topic_page_load_time_and_transfer_budget(chromium, server, path):
     """Issue 16 item 6, a budget that fails: a topic page loads in under LOAD_BUDGET_S and its first load
-    (HTML, CSS, scripts, images in view, the search index its worker fetches) moves under 500 KB.
+    (HTML, CSS, scripts, images in view) moves under 500 KB; the search index is not part of it.
     Screenshots of the page at 1280 x 800 and 390 x 844 land in artifacts/screenshots/."""
     name = path.strip("/").replace("/", "-")
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
@@ -349,15 +373,16 @@ def test_topic_page_load_time_and_transfer_budget(chromium, server, path):
         def record(response):  # a plain function: Playwright cannot wrap a built-in method
             responses.append(response)
 
-        pg.on("response", record)  # the search worker's fetch of the index included
+        pg.on("response", record)
         pg.goto(server + path, wait_until="load")
         pg.wait_for_load_state("networkidle")
         pg.remove_listener("response", record)
         sizes = {r.url: transfer_size(r) for r in responses}
         seconds = load_seconds(pg, server + path)
         total = sum(sizes.values())
-        if label == "desktop":
-            assert any(u.endswith("search_index.json") for u in sizes), "the search index was not counted"
+        # the index waits until search is used (docs/assets/lazy-search.js); its compressed size is kept
+        # under 200 KB by tests/test_site.py, and with it the load would still fit the budget
+        assert not any(u.endswith("search_index.json") for u in sizes), "the first load fetched the search index"
         SHOTS.mkdir(parents=True, exist_ok=True)
         pg.screenshot(path=str(SHOTS / f"{name}-{label}.png"))
         context.close()

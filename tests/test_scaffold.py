@@ -21,7 +21,7 @@ def repo_copy(tmp_path):
     repository stays clean and other topics' work in progress cannot interfere."""
     copy = tmp_path / "repo"
     skip = shutil.ignore_patterns("__pycache__", "topics", "results")
-    for name in ("scripts", "docs", "tests", "demos/harness", "demos/common", "exercises"):
+    for name in ("scripts", "docs", "overrides", "tests", "demos/harness", "demos/common", "exercises"):
         shutil.copytree(REPO / name, copy / name, ignore=skip)
     for name in ("demos/__init__.py", "mkdocs.yml"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)

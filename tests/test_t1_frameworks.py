@@ -26,8 +26,12 @@ def test_one_model_four_ways(tiny_one_model_four_ways):
         assert metrics[f"{variant}.step_us"]["value"] > 0
         assert 0.5 < metrics[f"{variant}.test_accuracy"]["value"] <= 1
     assert all(checks[f"numpy_backward.{p}"]["passed"] for p in ("W1", "b1", "W2", "b2"))
-    # compiling is what the first call of the compiled variants pays for
-    assert metrics["torch_compile.first_call_s"]["value"] > 10 * metrics["torch_eager.first_call_s"]["value"]
+    # compiling is what the first call of the compiled variants pays for: it costs more than a thousand
+    # steady steps. The yardstick is eager's median step, not eager's own first call: that is one sample,
+    # and one fresh-clone CI run saw it stall for 0.69 s (against a usual 3 ms).
+    eager_step_s = metrics["torch_eager.step_us"]["value"] * 1e-6
+    assert metrics["torch_compile.first_call_s"]["value"] > 1000 * eager_step_s
+    assert metrics["torch_compile.first_call_over_step"]["value"] > 1000
     assert [s["name"] for s in rec["series"]] == ["loss_curves", "loss_differences"]
 
 
