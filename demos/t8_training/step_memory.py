@@ -22,6 +22,8 @@
 # formula functions project a 7B and a 70B model.
 
 # %%
+import gc
+
 import torch
 
 from demos.common import cluster_model as cm
@@ -316,6 +318,10 @@ def snapshot_summary(snapshot, top=8):
 
 
 if dev.type == "cuda" and hasattr(torch.cuda.memory, "_record_memory_history"):
+    # Collect leftover garbage first: a block allocated before the log started and freed during the step
+    # would appear in the log as a free with no allocation, and pull the replayed curve below the real one.
+    gc.collect()
+    torch.cuda.synchronize()
     torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
     try:
         traced = one_step("mixed", cfg.seq)
