@@ -93,8 +93,9 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
     "attention_cost": (50, "N = 1k..16k, B2 H16 d128 bf16: 5 lengths x 7 variants, float64 references up to N=16k "
                            "(tiled, 2 TFLOP at fp64); naive and math skipped at 16k where their N x N matrices "
                            "would not fit; the Python online-softmax loop is the slowest timed variant (~0.2 s a call)"),
-    "batching": (70, "prefill/decode at 8 batch sizes (microseconds each), then the host-side simulation: 2000 "
-                     "requests x 6 loads x 2 policies"),
+    "batching": (20, "the trained model in bf16: a prefill and a decode step timed at 8 batch sizes (1..128; prefills "
+                     "up to 16k tokens, ~15 ms; decode steps launch-bound, a few ms) ~5 s, then the host-side "
+                     "simulation (2000 requests x 6 loads x 5 policies, 3.9 s measured on a CPU core)"),
     "kv_cache": (60, "float32 correctness: 896 tokens with and without the cache for 4 prompts (~1e14 FLOP without); "
                      "step timings at 5 positions; whole generations timed 5 times each way (launch-bound, ~1.5 ms "
                      "a step)"),
@@ -123,8 +124,9 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
     "pipeline_interleaved": (45, "3 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms"),
     "pipeline_real_compute": (5, "its stages are CPU processes over gloo: on a GPU run it records 'needs 2 GPUs' "
                                  "and exits"),
-    "zero_stages": (30, "without torchrun it records 'needs 2 GPUs'; under torchrun 4 variants x a few Adam steps "
-                        "of a 6 x 257 MLP over NCCL"),
+    "zero_stages": (3, "without torchrun (the campaign starts none) its 2- and 4-rank runs are recorded as 'needs 4 "
+                       "GPUs' right after the opening ceilings; under torchrun 4 variants x a few Adam steps of an 8 "
+                       "x 1025 MLP over NCCL"),
     "pipeline_parallel": (60, "5 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms, GPipe and 1F1B"),
     "scale_model": (40, "gloo all-reduce sweep on the host at 2, 4 and 8 processes (9 message sizes) to fit alpha "
                         "and beta; the model itself is arithmetic"),
@@ -133,17 +135,22 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
     # t8: training at scale (a 8-layer, 1024-wide GPT, ~100 M parameters with the 32k embedding)
     "accumulation_and_overlap": (45, "accumulation vs big batch (8 micro-steps), 4 DDP bucket caps x a profiled "
                                      "step over gloo, trace parsing"),
-    "activation_checkpointing": (40, "16 layers x b8 x 1024 tokens: none / every layer / every 2nd / SAC, each a "
-                                     "few timed fwd+bwd steps (~0.1-0.2 s) and a peak-memory pass"),
-    "batch_scaling": (50, "token budget of 400 steps-equivalent at 4 batch sizes, with and without LR scaling "
-                          "(~8 x 4096-token runs of ~15 ms steps)"),
+    "activation_checkpointing": (90, "8 layers x b4 x 1024 tokens in fp32 (134 M parameters, ~80 ms a step): 5 eager "
+                                     "variants and 3 dropout-free ones x ~12 steps each (check, peak, timing) ~10 s; "
+                                     "3 Inductor compiles of the whole model's forward + backward, one per memory "
+                                     "budget (~20-30 s each cold), then their timed steps"),
+    "batch_scaling": (15, "11 one-process trainings (a 6-point lr sweep, then 1x, 2x and 4x the batch, base and scaled "
+                          "lr) of a 13 M-parameter GPT: ~1700 fp32 steps of 2048-8192 tokens, ~5 ms each (launches "
+                          "and host-side batches); the multi-rank and FSDP parts are CPU-only (recorded not run)"),
     "checkpoint_resume": (45, "30 steps with a kill at 25 and a restart from step 20 (process start twice), "
                               "torch.distributed.checkpoint save/load timed"),
     "divergence": (45, "200 steps x 3 setups (stable, too-high LR, bad batch at 150) of ~15 ms plus hooks"),
     "mixed_precision": (60, "200 steps x 4 precisions (fp32, fp16 without and with GradScaler, bf16) at 8k tokens: "
                             "fp32 steps ~60 ms, the others ~20 ms"),
     "profile_step": (25, "one profiled step of a 2048-wide 8-layer GPT (b8 x 1024), a few timed steps, MFU"),
-    "step_memory": (30, "memory_stats around each phase at 3 sequence lengths, fp32 and mixed precision"),
+    "step_memory": (30, "6 one-step runs of a 134 M-parameter GPT (fp32, autocast, bf16 + fp32 master at 5 x 1024 "
+                        "tokens; the last also at 256 and 512 tokens and once more under the allocator's history), "
+                        "each ~1-2 s of host-side init plus a ~0.1 s step; a few thousand logged allocations replayed"),
     # t9: foundations
     "gbdt": (60, "scikit-learn's histogram GBDT on 1M x 28 rows, 100 trees, 3 data seeds, on the host (the GPU "
                  "machine has no CUDA xgboost: recorded not run)"),
@@ -164,14 +171,18 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
     # added this round (T2, T3, T6 extensions; T4; T11): estimates until their first GPU record
     "lower_irs": (25, "one Triton kernel compiled to TTIR..SASS (~1 s), checked and timed on 4096 x 1000 rows; "
                       "allocator counters, a side stream with events, the .item() orders timed"),
-    "matmul_epilogue": (40, "8192 x 1024 x 4096 bf16 (69 GFLOP, ~0.1 ms): 5 variants timed, one Inductor compile "
-                            "(~10 s) and a Triton matmul with its epilogue (~2 s to compile)"),
-    "graph_passes": (30, "FX passes on a 64 x 8192 model, Inductor with and without freezing (2 compiles), "
-                         "3 timings"),
-    "prefill_decode": (35, "a 4-layer, 8192-wide bf16 model (~3 GB of weights): prefills of 64..4096 tokens and "
-                           "decode steps at 2 batch sizes, each timed; float64-free checks"),
-    "paged_kv": (25, "decode with a paged and a contiguous cache at 4 block sizes, checked equal; the serving mix "
-                     "simulated on the host"),
+    "matmul_epilogue": (30, "8192 x 1024 x 4096 bf16 (69 GFLOP, ~0.1 ms a matmul): one Inductor compile (~10 s cold, "
+                            "its imports included), two Triton compiles (~2 s each), 7 timings capped at 200 repeats "
+                            "of <= 0.3 ms, five float64 checks of the 8192 x 4096 output on the host (~0.5 s each)"),
+    "graph_passes": (30, "FX trace, DCE and folding of a 64 x 8192 bf16 layer (ms), one torch.export (~3 s), 3 timings "
+                         "of ~0.2 ms calls, 2 Inductor compiles (default and freezing, ~5-10 s each cold)"),
+    "prefill_decode": (20, "a 4-layer, 8192-wide bf16 model (2.75 G parameters, built in fp32 on the GPU, 11 GB, then "
+                           "cast), a FLOP-counter probe, 6 prefills (64..4096 tokens, up to ~40 ms each) and 5 decode "
+                           "steps (~2-5 ms), each timed for >= 0.2 s after 5 untimed calls: ~6 s of GPU work"),
+    "paged_kv": (15, "greedy decoding of 8 prompts x 129 tokens through the contiguous and the paged cache (~4 and ~10 "
+                     "ms a step: the block tables go to the GPU every layer), 2 timings, the waste simulation on the "
+                     "host (5 schemes x 2000 requests of up to 640 tokens, ~1 s each); the T6 model's training comes "
+                     "on top when this is the first T6 demo on the machine (T6_DEMOS_WITH_TRAINING)"),
     "hardware_roofline": (10, "arithmetic on datasheet figures and committed records, plus the harness ceilings"),
     "batch_regime": (30, "one model through PyTorch and ONNX Runtime (CUDA provider when present) at 9 batch sizes "
                          "(1..256), each timed"),
@@ -195,7 +206,7 @@ T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k t
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
                       ".cache/models holds no full-size model")
 DEFAULT_ESTIMATE_S = (90, "no estimate set for this demo (another topic's): a cautious default")
-T6_DEMOS_WITH_TRAINING = ("batching", "kv_cache", "speculative", "weight_only_int8")
+T6_DEMOS_WITH_TRAINING = ("batching", "kv_cache", "paged_kv", "speculative", "weight_only_int8")
 
 
 @dataclass
