@@ -76,4 +76,4 @@ def test_the_sweep_is_computed_from_ptxas(tiny_record):
     assert metric(tiny_record, "ptxas.chase.cap24.spill_bytes") > 0  # 24 registers cannot hold 16 live chains
     assert metric(tiny_record, "theory.stream_scale.shared_memory.100") == 25.0
     assert {n["variant"] for n in tiny_record["not_run"]} >= {"Nsight Compute (ncu) at two sweep points"}
-    assert tiny_record["artifacts"]["ncu_command"].startswith("ncu --kernel-name stream_scale")
+    assert tiny_record["artifacts"]["ncu_command"].startswith("ncu --clock-control none --kernel-name stream_scale")

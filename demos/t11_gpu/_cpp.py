@@ -34,7 +34,18 @@ LIBRARY = r"""
 #include <cuda_runtime.h>
 #endif
 
+// Each build gets its own inline namespace, so the two builds' symbols have different names. Without it,
+// g++ marks the launcher (a static local of an inline function) as a GNU unique symbol, which the dynamic
+// loader shares across every library of the process, RTLD_LOCAL or not: the CUDA build loaded after the
+// C++ one would run the C++ build's launcher and its host-code plans on device pointers.
+#ifdef __CUDACC__
+#define T11_BUILD cuda_build
+#else
+#define T11_BUILD host_build
+#endif
+
 namespace t11 {
+inline namespace T11_BUILD {
 
 std::atomic<long> g_live_buffers{0};  // buffers alive right now (a leak shows up here)
 
@@ -171,6 +182,7 @@ class Launcher {
   std::atomic<long> plans_built_{0}, calls_{0};
 };
 
+}  // inline namespace T11_BUILD
 }  // namespace t11
 
 extern "C" {

@@ -6,6 +6,7 @@ and the GPU loader (CuPy, imported only when a GPU run needs it)."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -23,16 +24,15 @@ ARCH = "sm_90"  # the H100's compute capability 9.0
 KERNELS_CU = r"""
 #include <cuda_runtime.h>
 
-// Copy y[i] = x[perm(i)], where perm reads x with a stride: stride 1 is a plain coalesced copy;
-// stride k sends the 32 lanes of a warp to 32 addresses k*4 bytes apart (32 sectors instead of 4).
-// Every element is still read exactly once (n must be a multiple of stride).
+// Copy y[q * per + r] = x[r * stride + q] for q < stride, r < per (n = stride * per): stride 1 is a
+// plain coalesced copy; stride k sends the 32 lanes of a warp (consecutive r) to 32 addresses k*4
+// bytes apart (32 sectors instead of 4). Every element is still read exactly once. q comes from the
+// grid's y index, so no thread divides: a per-element 64-bit division costs tens of integer
+// instructions and would make the stride-1 copy slower than memory, hiding what is measured.
 extern "C" __global__ void copy_strided(const float* __restrict__ x, float* __restrict__ y,
-                                        long long n, long long stride) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        long long per = n / stride;
-        y[i] = x[(i % per) * stride + i / per];
-    }
+                                        long long per, long long stride) {
+    long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x, q = blockIdx.y;
+    if (r < per) y[q * per + r] = x[r * stride + q];
 }
 
 // Transpose of a rows x cols matrix. Naive: reads coalesced, writes with a stride of `rows`.
@@ -153,6 +153,40 @@ extern "C" __global__ void sum_shuffle(const float* __restrict__ x, float* parti
 # ------------------------------------------------------------------------------------------------
 def nvcc() -> str | None:
     return shutil.which("nvcc")
+
+
+def find_tool(name: str) -> str | None:
+    """A CUDA tool (ncu, compute-sanitizer) on PATH, or where the toolkit and Nsight Compute install it
+    when PATH lacks it (a toolkit's bin/ is often on PATH while compute-sanitizer/ and nsight-compute/
+    are not)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    roots = [Path(p) for p in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda") if p]
+    if (exe := nvcc()) is not None:
+        roots.append(Path(exe).resolve().parent.parent)
+    candidates = [root / sub / name for root in roots for sub in ("bin", "compute-sanitizer", "nsight-compute")]
+    candidates += sorted(Path("/opt/nvidia/nsight-compute").glob(f"*/{name}"), reverse=True)
+    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def run_tool(cmd: list[str], timeout_s: float, cwd: Path | None = None):
+    """Run a profiler or checker: (CompletedProcess, None), or (None, one line saying why it did not finish).
+    A tool that cannot start, or hangs (a profiler on a machine whose driver refuses it can wait for
+    ever), must become a 'not run' line in the record, never a crash that loses the run."""
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout_s), None
+    except subprocess.TimeoutExpired:
+        return None, f"{Path(cmd[0]).name} did not finish within {timeout_s:.0f} s"
+    except OSError as e:
+        return None, f"{Path(cmd[0]).name} could not start: {e}"
+
+
+def tool_error(proc) -> str:
+    """The tool's own one-line complaint: its last line that mentions an error, else its last line."""
+    lines = [line.strip(" =") for line in (proc.stderr + "\n" + proc.stdout).splitlines() if line.strip(" =")]
+    errors = [line for line in lines if "error" in line.lower() or "fail" in line.lower() or "not supported" in line.lower()]
+    return ((errors or lines or ["no output"])[-1])[:240]
 
 
 @dataclass

@@ -81,7 +81,8 @@ run.check("model.coalesced", sectors_per_request(1) == 4 and sectors_per_request
 # %% [markdown]
 # ## 2. The kernels
 #
-# **Triton.** The strided copy is the CUDA kernel's permutation. The transpose loads a tile with
+# **Triton.** The strided copy is the CUDA kernel's permutation, with the same grid: axis 0 walks r
+# (the lanes), axis 1 is q, so no program divides an index. The transpose loads a tile with
 # coalesced addresses and stores it transposed; there is no shared memory in the source: the
 # compiler converts the tile's register layout through shared memory itself (with its own
 # swizzle against bank conflicts), which is why a Triton programmer writes the tile and not the
@@ -89,11 +90,11 @@ run.check("model.coalesced", sectors_per_request(1) == 4 and sectors_per_request
 
 # %%
 @triton.jit
-def copy_strided_kernel(x_ptr, y_ptr, n, stride, BLOCK: tl.constexpr):
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = i < n
-    per = n // stride
-    tl.store(y_ptr + i, tl.load(x_ptr + (i % per) * stride + i // per, mask=mask), mask=mask)
+def copy_strided_kernel(x_ptr, y_ptr, per, stride, BLOCK: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    q = tl.program_id(1).to(tl.int64)
+    mask = r < per
+    tl.store(y_ptr + q * per + r, tl.load(x_ptr + r * stride + q, mask=mask), mask=mask)
 
 
 @triton.jit
@@ -107,7 +108,8 @@ def transpose_kernel(in_ptr, out_ptr, rows, cols, BM: tl.constexpr, BN: tl.const
 
 def triton_copy(x, stride):
     y = torch.empty_like(x)
-    copy_strided_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), stride, BLOCK=1024)
+    per = x.numel() // stride
+    copy_strided_kernel[(triton.cdiv(per, 1024), stride)](x, y, per, stride, BLOCK=1024)
     return y
 
 
@@ -207,7 +209,9 @@ else:
     xc, yc = _cuda.as_cupy(x), _cuda.as_cupy(y)
     for k in STRIDES:
         kern = mod.get_function("copy_strided")
-        launch = lambda: kern((triton.cdiv(n_copy, 256),), (256,), (xc, yc, np.int64(n_copy), np.int64(k)))  # noqa: E731
+        per = n_copy // k
+        launch = lambda: kern((triton.cdiv(per, 256), k), (256,), (xc, yc, np.int64(per), np.int64(k)))  # noqa: E731
+        y.fill_(float("nan"))  # poisoned: an element the kernel does not write fails the check
         launch()
         run.check_close(f"cuda.copy.stride{k}", y, reference_copy(x, k), rtol=0, atol=0)
         t = run.time(launch)
@@ -221,6 +225,7 @@ else:
     for kernel in ("transpose_naive", "transpose_smem", "transpose_smem_padded"):
         kern = mod.get_function(kernel)
         launch = lambda: kern((side // 32, side // 32), (32, 8), (ac, oc, np.int32(side), np.int32(side)))  # noqa: E731
+        out.fill_(float("nan"))
         launch()
         run.check_close(f"cuda.{kernel}", out, a.t(), rtol=0, atol=0, reference_name="a.t()")
         t = run.time(launch)

@@ -19,8 +19,6 @@
 # %%
 import csv
 import io
-import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -132,8 +130,11 @@ run.check("ptxas.cap_respected", all(builds[c]["chase"]["registers"] <= c for c 
 NCU_METRICS = ["sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
                "dram__throughput.avg.pct_of_peak_sustained_elapsed", "launch__registers_per_thread",
                "launch__block_size"]
-NCU_ARGS = ["--kernel-name", "stream_scale", "--metrics", ",".join(NCU_METRICS), "--csv",
+# --clock-control none: ncu otherwise locks the GPU's clocks to base for the profiled kernels, which
+# changes the card's settings for everyone and the rates it reads.
+NCU_ARGS = ["--clock-control", "none", "--kernel-name", "stream_scale", "--metrics", ",".join(NCU_METRICS), "--csv",
             sys.executable, "-m", "demos.t11_gpu._occupancy_target"]
+NCU_TIMEOUT_S = 90  # two short kernels replayed a few times; a refused or stuck profiler must not eat the run
 run.artifact("ncu_command", "ncu " + " ".join(NCU_ARGS[:-3] + ["python", "-m", "demos.t11_gpu._occupancy_target"]))
 
 if not run.device.is_gpu:
@@ -184,28 +185,27 @@ else:
               ["sweep", "kernel", "point", "theoretical occupancy %", "driver blocks/SM", "median (us)", "rate"], grows)
     run.metric("driver.agreement", sum(agree) / len(agree), "fraction",
                label="sweep points where cuOccupancyMaxActiveBlocksPerMultiprocessor equals the formula")
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        run.not_run("Nsight Compute (ncu) at two sweep points", "ncu is not on PATH on this machine")
+    ncu = _cuda.find_tool("ncu")
+    proc, why = (None, "ncu is not on PATH nor in the CUDA toolkit's folders") if ncu is None else \
+        _cuda.run_tool([ncu, *NCU_ARGS], NCU_TIMEOUT_S, cwd=REPO_ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('"')] if proc else []
+    found = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if "Metric Name" in r and "ID" in r]
+    if proc is None or proc.returncode != 0 or not found:
+        # Where the driver refuses the profiler (a gVisor sandbox: "LibraryNotLoaded"), ncu's own line says so.
+        run.not_run("Nsight Compute (ncu) at two sweep points",
+                    why or f"ncu exited {proc.returncode}: {_cuda.tool_error(proc)}")
     else:
-        proc = subprocess.run([ncu, *NCU_ARGS], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith('"')]
-        found = list(csv.DictReader(io.StringIO("\n".join(lines))))
-        if proc.returncode != 0 or not found:
-            run.not_run("Nsight Compute (ncu) at two sweep points",
-                        f"ncu exited {proc.returncode}: {(proc.stderr.strip() or proc.stdout.strip())[-200:]}")
-        else:
-            ids = sorted({r["ID"] for r in found}, key=int)
-            names = dict(zip(ids, POINTS))
-            for r in found:
-                try:
-                    value = float(r["Metric Value"].replace(",", ""))
-                except ValueError:
-                    continue
-                run.metric(f"ncu.{names[r['ID']]}.{r['Metric Name']}", value, r["Metric Unit"] or "value",
-                           label=f"ncu, {names[r['ID']]} launch: {r['Metric Name']}")
-            run.table("ncu", "Nsight Compute on stream_scale at two sweep points",
-                      ["launch", "metric", "unit", "value"],
-                      [[names[r["ID"]], r["Metric Name"], r["Metric Unit"], r["Metric Value"]] for r in found])
+        ids = sorted({r["ID"] for r in found}, key=int)
+        names = dict(zip(ids, POINTS))
+        for r in found:
+            try:
+                value = float(r["Metric Value"].replace(",", ""))
+            except ValueError:
+                continue
+            run.metric(f"ncu.{names[r['ID']]}.{r['Metric Name']}", value, r["Metric Unit"] or "value",
+                       label=f"ncu, {names[r['ID']]} launch: {r['Metric Name']}")
+        run.table("ncu", "Nsight Compute on stream_scale at two sweep points",
+                  ["launch", "metric", "unit", "value"],
+                  [[names[r["ID"]], r["Metric Name"], r["Metric Unit"], r["Metric Value"]] for r in found])
 
 run.save()

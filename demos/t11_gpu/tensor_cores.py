@@ -37,11 +37,21 @@ DATASHEET_DTYPE = {"fp32": "float32", "tf32": "tfloat32", "bf16": "bfloat16"}
 # %% [markdown]
 # ## Correctness: every precision against a float64 product
 #
-# Tolerances follow each format's unit roundoff times sqrt(K): fp32 2^-24, TF32 2^-11 (10 explicit
-# mantissa bits), bf16 2^-8, with room for accumulation.
+# Tolerances follow each format's rounding error times sqrt(K), the typical growth of K independent
+# rounding errors, with room for the largest of many elements. fp32: 2^-24 per operation. bf16: the
+# inputs are rounded to bf16 in the reference too, so what is left is fp32 accumulation and the bf16
+# output's own rounding (2^-9 relative). TF32 rounds the fp32 inputs inside the matmul, to 10 explicit
+# mantissa bits: up to 2^-11 relative when rounded to nearest, up to 2^-10 (and biased towards zero)
+# when the low bits are simply dropped, as a tensor core reading fp32 tiles straight from shared memory
+# does. Over K = 8193 products of unit normals that is a random error of about 0.04 per element (one
+# standard deviation) plus, when truncating, 2^-10 of the value: the largest of half a million
+# elements sits near 0.2 + 1e-3 x |value|, where a 2e-3 tolerance (0.18 + 2e-3 x |value|) would fail
+# about one run in two.
+# 5e-3 x sqrt(K) = 0.45 plus 5e-3 of the value holds it, and the fp32 tolerance (9e-4) still catches
+# TF32 used where full fp32 was asked for.
 
 # %%
-TOL = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 1.6e-2}
+TOL = {"fp32": 1e-5, "tf32": 5e-3, "bf16": 1.6e-2}
 a64 = torch.randn(64, base + 1, dtype=torch.float64)
 b64 = torch.randn(base + 1, base + 1, dtype=torch.float64)
 for name, (dtype, precision) in PRECISIONS.items():
