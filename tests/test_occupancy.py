@@ -77,3 +77,22 @@ def test_the_sweep_is_computed_from_ptxas(tiny_record):
     assert metric(tiny_record, "theory.stream_scale.shared_memory.100") == 25.0
     assert {n["variant"] for n in tiny_record["not_run"]} >= {"Nsight Compute (ncu) at two sweep points"}
     assert tiny_record["artifacts"]["ncu_command"].startswith("ncu --clock-control none --kernel-name stream_scale")
+
+
+def test_a_profiler_that_hangs_or_fails_becomes_one_line():
+    """ncu and compute-sanitizer can hang or be refused by the driver (a gVisor sandbox): the demos turn that
+    into a 'not run' line with the tool's own words, never a crash or a wait without end."""
+    proc, why = _cuda.run_tool(["sleep", "5"], timeout_s=0.5)
+    assert proc is None and "did not finish within" in why
+    proc, why = _cuda.run_tool(["/nonexistent/ncu"], timeout_s=5)
+    assert proc is None and "could not start" in why
+    proc, why = _cuda.run_tool(["sh", "-c", "echo '==PROF== Connected'; echo '==ERROR== Failed to initialize the "
+                                            "profiler: LibraryNotLoaded' >&2; exit 1"], timeout_s=5)
+    assert why is None and proc.returncode == 1
+    assert _cuda.tool_error(proc) == "ERROR: Failed to initialize the profiler: LibraryNotLoaded"
+    assert _cuda.find_tool("sh") is not None and _cuda.find_tool("surely-not-a-cuda-tool") is None
+    proc, _ = _cuda.run_tool(["sh", "-c", "echo '========= Error: Device not supported'; exit 3"], timeout_s=5)
+    assert _cuda.tool_error(proc) == "Error: Device not supported"
+    proc, _ = _cuda.run_tool(["sh", "-c", "echo '========= Error: Device not supported'; echo 'ran: 0'; "
+                                          "echo '========= ERROR SUMMARY: 1 error'"], timeout_s=5)
+    assert _cuda.tool_error(proc) == "Error: Device not supported"

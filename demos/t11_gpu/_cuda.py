@@ -183,10 +183,15 @@ def run_tool(cmd: list[str], timeout_s: float, cwd: Path | None = None):
 
 
 def tool_error(proc) -> str:
-    """The tool's own one-line complaint: its last line that mentions an error, else its last line."""
-    lines = [line.strip(" =") for line in (proc.stderr + "\n" + proc.stdout).splitlines() if line.strip(" =")]
-    errors = [line for line in lines if "error" in line.lower() or "fail" in line.lower() or "not supported" in line.lower()]
-    return ((errors or lines or ["no output"])[-1])[:240]
+    """The tool's own one-line complaint: its first line that reports an error (not its error summary), else
+    its last line."""
+    # ncu marks its lines "==ERROR== ...", compute-sanitizer "========= Error: ...": keep "ERROR: ...".
+    text = proc.stderr + "\n" + proc.stdout
+    lines = [re.sub(r"^(\w+)==\s*", r"\1: ", line.strip(" =")) for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if any(w in line.lower() for w in ("error", "fail", "not supported"))
+              and not line.startswith("ERROR SUMMARY")]
+    return (errors[0] if errors else (lines or ["no output"])[-1])[:240]
 
 
 @dataclass
