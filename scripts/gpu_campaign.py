@@ -183,24 +183,35 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                      "ms a step: the block tables go to the GPU every layer), 2 timings, the waste simulation on the "
                      "host (5 schemes x 2000 requests of up to 640 tokens, ~1 s each); the T6 model's training comes "
                      "on top when this is the first T6 demo on the machine (T6_DEMOS_WITH_TRAINING)"),
-    "hardware_roofline": (10, "arithmetic on datasheet figures and committed records, plus the harness ceilings"),
-    "batch_regime": (30, "one model through PyTorch and ONNX Runtime (CUDA provider when present) at 9 batch sizes "
-                         "(1..256), each timed"),
-    "precision_footprint": (40, "ONNX export in fp32/fp16/int8 (+int4 weight-only), one session each, accuracy and "
-                                "latency; CPU-side quantizers"),
-    "aot_vs_jit": (60, "torch.export + AOTInductor package (a C++ build, ~20-30 s) vs torch.compile, cold start "
-                       "in fresh subprocesses"),
-    "video_pipeline": (40, "a per-frame model at 1080p: 300 frames simulated against a 33 ms deadline at 5 batch "
-                           "sizes, pre/post-processing timed"),
-    "coalescing": (30, "strided copies and transposes on 2^26 floats, Triton (6 compiles) and CUDA C++ via CuPy "
-                       "(nvcc ~2 s each), each timed"),
-    "occupancy": (60, "block-size, register-cap and shared-memory sweeps on 2^28 floats and a 2^26 chase table "
-                      "(~20 points, nvcc per cap), ncu on two points (~10 s each with replay)"),
-    "reductions": (25, "atomic, tree and shuffle sums of 2^28 floats, repeated for bitwise determinism, torch.sum"),
-    "streams": (25, "pageable vs pinned copies of 256 MiB, chunked overlap on two streams, a profiler timeline"),
-    "tensor_cores": (30, "8192^2 matmuls with aligned and misaligned K/N in fp32, TF32 and bf16 (~1 ms each)"),
-    "cpp_extension": (45, "g++ and nvcc builds of the extension (~20 s), 8 threads x 400 calls, compute-sanitizer "
-                          "on the planted bug (~10 s)"),
+    "hardware_roofline": (3, "no device work of its own: datasheet arithmetic and four committed CPU records read back "
+                             "(the ceilings are in the process start)"),
+    "batch_regime": (30, "the full MLP (134 MB fp32) exported to ONNX once (torch.export + onnxscript, ~10-20 s on "
+                         "the host); 9 batch sizes (1..256) timed in PyTorch on the GPU (<= 0.5 ms a call) and in ONNX "
+                         "Runtime's CPU provider on the host (5-30 ms a call), ~0.3 s each"),
+    "precision_footprint": (55, "fp32 and fp16 ONNX exports of the full MLP (~15 s each), INT8 dynamic and INT4 "
+                                "MatMulNBits quantization (~10 s), 4 CPU sessions checked and timed at 2 batch sizes, "
+                                "4 child processes for peak memory (~2-3 s each): all host work"),
+    "aot_vs_jit": (80, "torch.export + AOTInductor package for CUDA (Inductor, its Triton kernels and the C++ wrapper "
+                       "build, ~40 s cold), then three fresh processes (eager ~5 s, AOT load ~6 s, torch.compile with "
+                       "empty Inductor and Triton caches ~20 s) and two steady-state timings"),
+    "video_pipeline": (15, "a float64 host reference of the net at 1080p (13 GFLOP, ~2 s), 3 stage timings, 300 "
+                           "synchronised frames of ~1-3 ms, 5 batch sizes up to 16 frames (~20 ms a call) timed"),
+    "coalescing": (20, "nvcc cubin + PTX (~2 s each), ~6 Triton compiles (~1 s each), a CuPy (nvcc) module (~3 s); "
+                       "16 exact checks at full size compared on the device; 16 timings of 0.2-3 ms calls, "
+                       "<= 0.3 s each"),
+    "occupancy": (45, "4 nvcc cubins and 4 CuPy modules, one per register cap (~2-3 s each); 30 sweep points timed "
+                      "(2 GiB streamed per stream_scale call, 2^28 dependent loads per chase call: ~0.3 s a point); "
+                      "ncu on two launches in a child process (~15 s, capped at 90 s)"),
+    "reductions": (20, "2 Triton compiles, nvcc PTX and a CuPy module (~5 s); 6 variants on 2^28 floats (~0.4 ms a "
+                       "call), each checked exactly on 2^22 zeros and ones, timed and run 20 times for determinism"),
+    "streams": (25, "a float64 host reference and 3 host checks of 2^26 elements (~2-3 s each), profiler start-up "
+                    "(CUPTI), pageable and pinned copies of 256 MiB, ~8 timings of 5-25 ms calls, 3 profiled runs"),
+    "tensor_cores": (20, "float64 host references (64 x 8193 x 8193, ~0.5 s each), 24 timings of 8192 x ~8192^2 "
+                         "matmuls (fp32 ~22 ms, TF32 ~3 ms, bf16 ~1.5 ms a call; odd sizes slower), the padded "
+                         "product checked on 67 M elements on the host (~3 s)"),
+    "cpp_extension": (30, "g++ library and ASan program, nvcc object, library and program (~2.5 s each: ~10 s of "
+                          "builds), 8 host threads x 400 calls on 1024 x 768 (~5-10 s), 12 exact checks, "
+                          "compute-sanitizer on the planted bug (~5-10 s, capped at 120 s), two host timings"),
 }
 T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k tokens = 2e16 FLOPs at ~300 TFLOP/s "
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
