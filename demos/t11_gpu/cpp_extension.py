@@ -22,7 +22,6 @@
 import ctypes
 import shutil
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -97,10 +96,8 @@ def worker(seed):
     return wrong
 
 
-t0 = time.perf_counter()
 with ThreadPoolExecutor(n_threads) as pool:
     wrong = sum(pool.map(worker, range(n_threads)))
-threaded_s = time.perf_counter() - t0
 run.check("threads.results", wrong == 0, f"{n_threads} threads x {n_calls} calls: {wrong} wrong results")
 run.check("threads.calls_counted", lib.t11_calls() == n_threads * n_calls,
           f"{lib.t11_calls()} calls counted of {n_threads * n_calls} (an atomic counter)")
