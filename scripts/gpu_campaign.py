@@ -53,88 +53,168 @@ from scripts import catalog, regen
 STAGING = CACHE_DIR / "gpu-campaign"
 PREFLIGHT_LIMIT_S = 30.0
 CALL_BUDGET_S = 9 * 60  # one device call: at most 10 minutes, less the start and the transfers
-PROCESS_START_S = 10.0  # python + torch import + CUDA context + the opening and closing ceilings
+# What every demo process pays on an H100 besides its own work (scripts.gpu_campaign --estimates adds it to
+# each estimate below; a GPU record replaces both with its measured wall time and start-up):
+#   python, `import torch` (a CUDA build) and the harness, before start():                        ~2.0 s
+#     (measured on the CPU machine: 1.2-1.5 s, the startup_s of its records; the CUDA build also
+#     loads libtorch_cuda, and the first demo on a fresh machine reads it all from disk)
+#   the CUDA context, and cuBLAS/cuBLASLt loaded at the first matmul:                              ~1.0 s
+#   the ceilings, measured at the start and again at the end (demos/harness/ceilings.py at `full`,
+#   timing.Settings: 3 warm-ups, repeats up to 0.2 s or 200, a 256 MiB L2 flush (~0.1 ms) each):
+#     copy of 2^28 float32, 2 GiB moved, ~0.72 ms at ~3.0 TB/s: 200 repeats                    ~0.17 s
+#     fp32 8192^3, 1.1 TFLOP, ~21 ms at ~52 TFLOP/s (TF32 off): 1 + 3 + 1 probe + 9 repeats      ~0.30 s
+#     bf16 8192^3, ~1.4 ms at ~800 TFLOP/s: 1 + 3 + 1 + 145 repeats                            ~0.22 s
+#     ~0.7 s each time, twice                                                                    ~1.4 s
+#   exit (CUDA teardown) and the campaign's archives and summary after each demo:                 ~0.5 s
+PROCESS_START_S = 5.0
+# Added to PROCESS_START_S for a demo whose own files (or the local modules they import; the harness's
+# imports are in the base) import these packages. Measured on the CPU machine (2 cores, slower than the
+# GPU machine's host; best of 3-5 runs over `import torch`, 1.5-1.8 s when the machine was quiet): jax with
+# its CPU client +0.7 s, onnxruntime + onnx +0.4 s (onnxscript, which torch.onnx.export loads, +1.2 s more),
+# triton +0.1-0.6 s, scikit-learn +0.6 s (datasets) to +2.6 s (cluster). On the GPU machine jax also starts
+# its CUDA client (the PJRT plugin, its own CUDA context and libraries), the larger part of its share.
+IMPORT_START_S: dict[str, tuple[float, str]] = {
+    "jax": (3.0, "import jax (~1 s) and its GPU client: the PJRT CUDA plugin and a second CUDA context (~2 s)"),
+    "onnxruntime": (1.0, "import onnxruntime and onnx (torch.onnx's exporter adds onnxscript)"),
+    "triton": (0.5, "import triton for the demo's own kernels (torch.compile's import is part of its first compile)"),
+    "sklearn": (1.0, "import scikit-learn and the SciPy parts it loads"),
+    "cupy": (1.0, "import cupy and its CUDA runtime"),
+}
 T6_MODEL_CACHE = CACHE_DIR / "models"
 
 # Estimated GPU seconds per demo on one H100 at the full size, used until the demo has a GPU record
 # (then its measured wall_time_s is used). Each from the demo's work at its full preset: compiles
 # (Inductor ~5-15 s per graph on a GPU, JAX jit ~1-3 s), the timed work (the harness times at least
 # 0.2 s per variant after a first call and 3 warm-ups), and host-side loops. Process start
-# (PROCESS_START_S) is added to each. They are estimates, not measurements: replace them with the
-# records' wall times after the first window.
+# (process_start_s: PROCESS_START_S plus IMPORT_START_S) is added to each. They are estimates, not
+# measurements: replace them with the records' wall times after the first window. Counts used in many:
+# a timed variant costs <= ~0.25 s while a call takes <= 40 ms (repeats up to 0.2 s or 200, each after a
+# 256 MiB L2 flush of ~0.1 ms), else ~10 calls; Inductor's first compile in a process ~6 s (imports, the
+# worker pool, one kernel), a further small graph ~1.5 s cold, a transformer block's forward ~8 s and
+# forward + backward ~15 s; a small JAX jit ~0.3 s; float64 on the host ~300 GFLOP/s (16 cores).
 ESTIMATES_S: dict[str, tuple[float, str]] = {
     # t3: compiler
-    "kernel_fusion": (90, "3 chains x (5 shapes + a ragged one) = 18 pointwise Inductor compiles (~2 s each), 36 Triton "
-                          "launches to check, 45 timings of <= 1 ms (largest 65536x4096 bf16, 0.5 GiB a tensor)"),
-    "autotune": (50, "12 Triton configs x 2 shapes = 24 compiles (~1 s), their timings at 4096^3 (0.14 TFLOP, <= 30 ms "
-                     "for the slowest config) and triton.autotune's own benchmarking (~2 s a shape)"),
-    "launch_overhead": (45, "4 chain lengths x (compile + reduce-overhead compile) = 8 compiles, CUDA graph captures; "
-                            "the timed work is microseconds"),
-    "layout_and_padding": (30, "cuBLAS only: 4 matmuls at ~8192 (1.1 TFLOP each, ~2 ms), a 32x256x56x56 conv, "
-                               "float64 references (~3 TFLOP at fp64, ~0.1 s), no compile"),
-    "memory_planning": (45, "2 Inductor compiles (forward; forward+backward) of the (16, 2048, 1024) block, "
-                            "memory counters, a float64 CPU reference of 0.5 TFLOP"),
+    "kernel_fusion": (50, "Inductor's first compile ~6 s; 3 chains x (4 shapes + a ragged one) + one row = 16 cold "
+                          "pointwise compiles ~1.5 s ~24 s; run_and_get_code resets Dynamo, so the 12 timed (chain, "
+                          "shape) pairs compile again (cache hits, ~1 s) ~12 s; ~5 Triton specialisations ~2.5 s; 36 "
+                          "timings (2 MB to 1.5 GB moved: ~30 ms of repeats at 256 rows, ~0.2 s at 65536) ~3.5 s; "
+                          "float64 references on the GPU ~0.1 s"),
+    "autotune": (24, "12 Triton matmul compiles (~1 s each; the skinny shape reuses them: same specialisation) ~12 s; "
+                     "24 config timings: 4096^3 from ~1 ms (best) to ~30 ms (16x16x16 tiles: 14 calls ~0.4 s), "
+                     "64x8192x8192 ~0.2 s each ~6 s; 2 cuBLAS timings; triton.autotune's do_bench of 12 configs per "
+                     "shape (~0.15 s each) ~3.6 s; float64 references on the GPU (0.14 TFLOP fp64) ~0.1 s"),
+    "launch_overhead": (26, "Inductor's first compile ~6 s; 4 chains (1, 8, 64, 256 ops) compiled ~10 s (the CPU record "
+                            "spends 20 s in the same first calls); 4 CUDA-graph captures and 4 reduce-overhead compiles "
+                            "(FX-cache hits, graphs recorded on the 3rd call) ~8 s; 16 back-to-back timings of us calls "
+                            "(the 256-op eager chain ~1.3 ms: 0.26 s) ~1.5 s"),
+    "layout_and_padding": (5, "cuBLAS/cuDNN only, no compile: cuDNN start and a float64 conv reference on the GPU (0.12 "
+                              "TFLOP fp64) ~1.5 s; 3 conv timings (~0.3-1 ms) ~0.6 s; 4 matmuls at 8189/8184/8192 bf16 "
+                              "(~1.5 ms, ~0.2 s of repeats each) and their float64 references (4.4 TFLOP fp64 at ~50 "
+                              "TFLOP/s) ~1 s; 3 GEMV timings ~0.1 s"),
+    "memory_planning": (35, "two float64 CPU references of the 16 x 2048 x 1024 block (1.1 TFLOP fp64 each, ~3 s) ~6 s; "
+                            "Inductor's first compile with the block forward ~12 s; the compiled forward + backward ~15 "
+                            "s; peak-memory passes of a few ms ~1 s"),
     # t2: pipeline
-    "graph_capture": (70, "Dynamo, torch.export, AOTAutograd forward+backward, Inductor: ~6 compiles of the 1024-wide "
-                          "block (16 x 1024 tokens), a float64 CPU reference"),
-    "dynamic_shapes": (60, "4 strategies: static 3 compiles, automatic 2, dynamic 1, bucketing 2 = 8 compiles, "
-                           "3 float64 CPU references"),
-    "jax_lowering": (30, "JAX start + ~5 jit lowerings and compiles of one block; StableHLO/HLO text"),
-    "onnx_export": (30, "one torch.onnx (dynamo) export, onnxruntime sessions (CUDA provider when present)"),
+    "graph_capture": (35, "float64 CPU reference of the 16 x 1024 x 1024 block (0.47 TFLOP fp64) ~2 s; 2 Dynamo "
+                          "explains and a fullgraph attempt ~2.5 s; torch.export + core-ATen decomposition ~4 s; "
+                          "AOTAutograd forward + backward capture ~3 s; Inductor's first compile ~6 s; the block "
+                          "forward compiled ~8 s, again after a reset (FX-cache hit) ~2 s, with 3 breaks (4 graphs) ~6 "
+                          "s; 2 profiler kernel counts ~1 s; 3 timings of ~1 ms calls ~0.8 s"),
+    "dynamic_shapes": (45, "Inductor's first compile ~6 s; 8 block-forward compiles with Inductor's caches disabled "
+                           "(static 3, automatic 2, dynamic 1, bucketing 2) at ~4 s (the dynamic ones slower) ~32 s; "
+                           "float64 references of 16 x (300 + 700 + 1000) tokens on the host (~0.9 TFLOP fp64) ~4 s; 5 "
+                           "steady-state timings of a ~3 ms pass ~1.3 s"),
+    "jax_lowering": (12, "jit lower ~1 s and XLA's compile of the 16 x 1024 x 1024 block ~3 s; op by op, each of ~50 "
+                         "primitives compiled once (~0.1 s) ~5 s; float64 reference on the host (0.47 TFLOP) ~2 s; 2 "
+                         "timings ~0.5 s"),
+    "onnx_export": (15, "torch.onnx.export (dynamo: torch.export, translation, optimisation) ~8 s; ONNX Runtime's "
+                        "optimised model and CPU/CUDA sessions ~3 s; float64 references of 4 sequences of 1024 (0.12 "
+                        "TFLOP) ~0.5 s; runs at batch 1 and 3 (ORT CPU ~0.15 s a call at 3) and 3-4 timings ~3 s"),
     # t1: frameworks
-    "compilation_model": (80, "torch.compile and jax.jit over 3 batch sizes with and without bucketing, hidden 4096: "
-                              "~10 compiles, cache-miss explanations"),
-    "one_model_four_ways": (70, "the same MLP (hidden 4096) trained 4 ways for 20 epochs of the 1,797 digits (~140 "
-                                "steps each, milliseconds a step) after their compiles"),
-    "state_and_randomness": (50, "RNG and in-place updates on 2^28 elements (1 GiB) under eager, compile and jit: "
-                                 "~6 compiles"),
-    "transforms": (35, "jax.grad/vmap/jit and torch.func at 3 batch sizes, hidden 4096: ~6 jit compiles"),
+    "compilation_model": (22, "JAX: the forward traced, lowered, compiled ~1 s, 3 + 2 (padded to 1024 and 2048) + 2 "
+                              "small jit compiles ~0.3 s each ~2 s; torch: 2 Dynamo explains and an eager-backend "
+                              "compile ~2 s, Inductor's first compile ~6 s, static 3 + automatic 2 + dynamic 1 MLP "
+                              "compiles (~1.5-2.5 s) ~11 s; 5 timings of ~50 us calls ~0.5 s; the hidden width does not "
+                              "change the compile counts the page is about"),
+    "one_model_four_ways": (18, "100 steps per variant (5 batches of 256 a epoch x 20): NumPy float64 and float32 on "
+                                "the host (~0.25 GFLOP, ~5 ms a step) ~1 s; torch eager ~0.1 s; torch.compile of the "
+                                "training step: Inductor's first compile ~6 s + forward/backward graphs ~9 s (the CPU "
+                                "record's first calls: 20 s); JAX jit ~0.5 s; 4 step timings ~1 s"),
+    "state_and_randomness": (6, "~4 eager-backend Dynamo compiles (~0.5 s) ~2 s; ~6 small jax.jit compiles ~1.2 s; 1 "
+                                "GiB arrays updated in place or copied (~0.7 ms): 4 timings ~1 s"),
+    "transforms": (10, "per-example gradients at 64/256/1024 rows: the Python loop of .backward() (~20 launches, ~0.35 "
+                       "ms an example) is checked at 1024 (0.35 s) and timed (10 calls at 1024 ~3.5 s, 10 at 256 ~0.9 "
+                       "s, 14 at 64 ~0.3 s); the JAX loop ~1 s; vmaps 6 x 0.2 s; 4 jit compiles ~1.2 s; a float64 loop "
+                       "reference of 1024 examples on the host ~0.3 s"),
     # t6: inference (plus training of the shared model once per machine: T6_TRAINING_S)
-    "attention_cost": (50, "N = 1k..16k, B2 H16 d128 bf16: 5 lengths x 7 variants, float64 references up to N=16k "
-                           "(tiled, 2 TFLOP at fp64); naive and math skipped at 16k where their N x N matrices "
-                           "would not fit; the Python online-softmax loop is the slowest timed variant (~0.2 s a call)"),
+    "attention_cost": (14, "float64 references on the GPU (naive to N=2048, online softmax above: ~2.2 TFLOP fp64 and "
+                           "~30 GB of fp64 elementwise traffic at N=16k) ~1.5 s; checks ~1 s; 31 timed (variant, N) "
+                           "pairs (naive and math stop at 8k), <= 0.25 s each ~7 s, except the Python online-softmax "
+                           "loop (N/128 blocks, ~0.15 s a call at 16k: 10 calls) ~3 s; peak-memory passes ~0.5 s"),
     "batching": (20, "the trained model in bf16: a prefill and a decode step timed at 8 batch sizes (1..128; prefills "
                      "up to 16k tokens, ~15 ms; decode steps launch-bound, a few ms) ~5 s, then the host-side "
                      "simulation (2000 requests x 6 loads x 5 policies, 3.9 s measured on a CPU core)"),
-    "kv_cache": (60, "float32 correctness: 896 tokens with and without the cache for 4 prompts (~1e14 FLOP without); "
-                     "step timings at 5 positions; whole generations timed 5 times each way (launch-bound, ~1.5 ms "
-                     "a step)"),
-    "speculative": (90, "float32 greedy references and speculative decoding at 5 draft lengths for 16 prompts x 256 "
-                        "tokens (token by token, launch-bound, ~2 ms a target pass), the off-by-one run, timings on "
-                        "4 prompts"),
-    "weight_only_int8": (45, "an 8192x8192 linear in bf16 / INT8 dequant / INT8 Triton at 5 row counts, the model's "
-                             "decode step, one CUDA-graph capture"),
+    "kv_cache": (53, "the 12-layer target in eager (~400 launches, ~2.5 ms a decode step, launch-bound at batch 1). "
+                     "Float32 check, 4 prompts x 896 tokens: with the cache ~2.2 s, without (896 forwards of 128..1023 "
+                     "tokens, 1.3e14 FLOP ~2.7 s fp32 + launches ~2.2 s) ~5 s, ~28 s in all; 10 step timings ~2.5 s; "
+                     "whole generations timed 5 times each way in bf16 (~2.3 s each) ~22 s. Not cut: at batch 1 this "
+                     "model is launch-bound on an H100, and only the longest context shows the uncached step grow"),
+    "speculative": (55, "~2.5 ms a target step, ~0.5 ms a draft step (launch-bound). Float32 greedy references of 8 "
+                        "prompts x 256 tokens ~5 s; speculative decoding at k = 1, 2, 4, 8 for the same 8 prompts (~2.5 "
+                        "ms a token) ~20 s; the off-by-one run at k=8 ~5 s; 6 single-pass timings ~1.5 s; baseline and "
+                        "4 k's timed 5 times each on 2 prompts x 256 tokens (~1.3 s a call) ~23 s"),
+    "weight_only_int8": (10, "8192^2 linear at 5 row counts x 3 variants (bf16, dequantize + matmul, fused INT8 Triton) "
+                             "= 15 timings ~3 s; Triton compiles for 3 block sizes ~3 s; float64 references ~0.1 s; the "
+                             "T6 target (loaded from .cache/models): held-out losses full and INT8, 2 decode-step "
+                             "timings ~1 s; one CUDA-graph capture and 2 timings ~1 s"),
     # t5: compression (small synthetic models; the large-layer timings are single cuBLAS/Triton calls)
-    "distillation": (35, "5 seeds x 4 temperatures x 30 student epochs of a small MLP on the digits (~1k steps a "
-                         "run, launch-bound at ~0.3 ms a step ~ 6 s in all), teacher training, two timings"),
-    "fp8_formats": (15, "rounding 4M elements into e4m3/e5m2 and a scaled 8192^3 matmul (1.1 TFLOP, ~2 ms) timed"),
-    "pruning": (40, "3 seeds x 4 fine-tune epochs, 2:4 and unstructured masks; the 8192x4096 layer timed dense, "
-                    "masked and semi-structured (a cuSPARSELt setup per shape)"),
-    "ptq": (35, "3 seeds of calibrate + quantize (per-tensor, per-channel, SmoothQuant-style) of a small MLP; "
-                "the 8192-wide linear timed at 3 row counts in bf16 and INT8 (torch._int_mm)"),
-    "qat": (30, "5 seeds x 8 QAT epochs of a small MLP (fake-quant, launch-bound ~0.5 ms a step)"),
+    "distillation": (12, "on the host: the 256-wide teacher, 30 epochs ~1 s; per seed 7 students (alone + 4 "
+                         "temperatures with every label, alone + T=4 with 10%), ~5,000 Adam steps of a 64-16-16-10 MLP "
+                         "at ~0.5 ms ~3 s, x 3 seeds ~9 s; 4 latency timings on the GPU ~0.5 s"),
+    "fp8_formats": (4, "4M elements cast to e4m3/e5m2 scaled and unscaled ~0.5 s; the float64 8192^3 reference on the "
+                       "GPU (1.1 TFLOP fp64) ~0.05 s; _scaled_mm and bf16 8192^3 timed (~1-1.5 ms, 0.2 s each) ~0.5 s"),
+    "pruning": (14, "on the host: 3 seeds x 11 pruned models (5 unstructured + 5 structured sparsities + 2:4) x masked "
+                    "4-epoch fine-tunes (~92 Adam steps of a 64-256-256-10 MLP) ~4 s; magnitude masks of the 8192^2 "
+                    "layer by full argsorts on the host (67 M elements, twice) ~6 s; 3 variants x 3 rounds of the "
+                    "8192-wide fp32 linear at 4096 rows (~11 ms, ~0.25 s each) ~2.3 s"),
+    "ptq": (18, "3 seeds of the 256-wide MLP (cached or ~1 s each); PTQ variants, outlier and calibration sweeps on the "
+                "host ~3 s; fp32 and bf16 (no torchao on the GPU machine) at 3 row counts for the model and the "
+                "8192-wide linear: 12 timings ~2.5 s; torch.onnx.export (dynamo) ~6 s, ORT static quantization with 256 "
+                "calibration rows ~1.5 s, 3 CPU sessions x 2 timings ~1.5 s"),
+    "qat": (6, "on the host: per seed the 256-wide MLP (cached, or 690 Adam steps ~0.5 s) and 2 settings x (QAT + a "
+               "plain fine-tune) x 8 epochs, ~740 steps with fake-quant (~1 ms) ~1.5 s; x 3 seeds"),
     # t7: parallelism on ONE GPU (what needs several GPUs is recorded as not run)
-    "data_parallel": (30, "gloo on the host for the multi-rank checks (2 and 4 processes, 3 Adam steps of an "
-                          "8 x 1026 MLP) plus the single-GPU reference"),
-    "ddp_buckets": (45, "DDP over gloo with 4 bucket sizes x 10 timed steps of a 24 x 1024 MLP, process start per world"),
-    "expert_parallel": (30, "2048 tokens, 4 and 8 experts: routing, all-to-all over gloo, 10 timed repeats"),
-    "jax_sharding": (25, "JAX start + 4 jit compiles of a 1024 x 4096 FFN on a 1-device mesh (what needs several "
-                         "devices is recorded not run)"),
-    "parallel_layouts": (5, "a cost-model table: no device work"),
-    "pipeline_interleaved": (45, "3 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms"),
+    "data_parallel": (1, "on one GPU without torchrun its 2- and 4-rank runs are recorded 'needs 4 GPUs' right after "
+                         "the opening ceilings: no work of its own"),
+    "ddp_buckets": (1, "on one GPU without torchrun the bucket sweep is recorded 'needs 2 GPUs' right after the opening "
+                       "ceilings: no work of its own"),
+    "expert_parallel": (2, "on one GPU: the single-process MoE layer (2048 tokens, 8 experts) timed at k=1 and k=2 "
+                           "(~0.25 s each); the expert-parallel ranks need 4 GPUs (recorded not run)"),
+    "jax_sharding": (4, "8 host-CPU devices (the GPU machine has one GPU): 4 sharded jit compiles on XLA's CPU client "
+                        "(~0.5 s), a float64 reference of the 1024 x 1024 x 4096 FFN forward and backward (~50 GFLOP) "
+                        "~0.3 s, the sharded runs ~1 s"),
+    "parallel_layouts": (1, "a cost-model table: arithmetic only, no device work"),
+    "pipeline_interleaved": (1, "its stages are CPU processes over gloo by design: on a GPU run it records 'not run' "
+                                "after the opening ceilings and saves"),
     "pipeline_real_compute": (5, "its stages are CPU processes over gloo: on a GPU run it records 'needs 2 GPUs' "
                                  "and exits"),
     "zero_stages": (3, "without torchrun (the campaign starts none) its 2- and 4-rank runs are recorded as 'needs 4 "
                        "GPUs' right after the opening ceilings; under torchrun 4 variants x a few Adam steps of an 8 "
                        "x 1025 MLP over NCCL"),
-    "pipeline_parallel": (60, "5 microbatch counts x 3 timed steps x (m + p - 1) stage slots of ~60 ms, GPipe and 1F1B"),
-    "scale_model": (40, "gloo all-reduce sweep on the host at 2, 4 and 8 processes (9 message sizes) to fit alpha "
-                        "and beta; the model itself is arithmetic"),
-    "shard_gemm": (15, "the 4 x 2048 x 8192 MLP's first GEMM split 1..8 ways: cuBLAS calls of ~0.1-1 ms, timed"),
-    "tensor_parallel": (40, "gloo at 2 and 4 ranks for the checked Megatron MLP; the single-GPU shard GEMMs timed"),
+    "pipeline_parallel": (1, "its stages are CPU processes over gloo by design: on a GPU run it records 'not run' after "
+                             "the opening ceilings and saves"),
+    "scale_model": (1, "without torchrun the NCCL alpha/beta sweep is recorded 'needs 8 GPUs' right after the opening "
+                       "ceilings (the gloo sweep is the CPU record's)"),
+    "shard_gemm": (2, "the 8192-wide GEMM of 4 x 2048 tokens split 1, 2, 4, 8 ways (bf16, 1.1/t TFLOP, ~1.5 ms at t=1): "
+                      "4 timings ~1 s; float64 checks on a few rows ~0.1 s"),
+    "tensor_parallel": (7, "on one GPU: the single-process MLP step at 4 x 2048 x 8192 (hidden 32768, 2.6e13 FLOP, ~45 "
+                           "ms in bf16) timed as 1 + 1 + 1 + 10 calls of 5 steps ~3 s; its weights made on the host ~2 "
+                           "s; the 2- and 4-rank parts need GPUs under torchrun (recorded not run)"),
     # t8: training at scale (a 8-layer, 1024-wide GPT, ~100 M parameters with the 32k embedding)
-    "accumulation_and_overlap": (45, "accumulation vs big batch (8 micro-steps), 4 DDP bucket caps x a profiled "
-                                     "step over gloo, trace parsing"),
+    "accumulation_and_overlap": (4, "fp32 GPT (8 x 1024, 32k vocab) gradients three times (one batch of 32 x 1024 "
+                                    "tokens, 8 micro-batches, 8 without the 1/k): ~2e13 FLOP fp32 each ~0.4 s, model "
+                                    "init on the host ~0.5 s each; the DDP-overlap part is the CPU record's (not run on "
+                                    "a GPU)"),
     "activation_checkpointing": (90, "8 layers x b4 x 1024 tokens in fp32 (134 M parameters, ~80 ms a step): 5 eager "
                                      "variants and 3 dropout-free ones x ~12 steps each (check, peak, timing) ~10 s; "
                                      "3 Inductor compiles of the whole model's forward + backward, one per memory "
@@ -142,35 +222,65 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
     "batch_scaling": (15, "11 one-process trainings (a 6-point lr sweep, then 1x, 2x and 4x the batch, base and scaled "
                           "lr) of a 13 M-parameter GPT: ~1700 fp32 steps of 2048-8192 tokens, ~5 ms each (launches "
                           "and host-side batches); the multi-rank and FSDP parts are CPU-only (recorded not run)"),
-    "checkpoint_resume": (45, "30 steps with a kill at 25 and a restart from step 20 (process start twice), "
-                              "torch.distributed.checkpoint save/load timed"),
-    "divergence": (45, "200 steps x 3 setups (stable, too-high LR, bad batch at 150) of ~15 ms plus hooks"),
-    "mixed_precision": (60, "200 steps x 4 precisions (fp32, fp16 without and with GradScaler, bf16) at 8k tokens: "
-                            "fp32 steps ~60 ms, the others ~20 ms"),
-    "profile_step": (25, "one profiled step of a 2048-wide 8-layer GPT (b8 x 1024), a few timed steps, MFU"),
+    "checkpoint_resume": (8, "on a GPU the job still runs on 2 forked gloo ranks of the host, in the small "
+                             "configuration: 4 launches (straight, killed at 25, resumed, resumed without the RNG "
+                             "state) of <= 30 steps with DCP saves every 10, ~2 s each; Young-Daly arithmetic"),
+    "divergence": (23, "4 runs x 100 steps of the 8 x 1024, 32k-vocab GPT on 8 x 512 tokens (the fp16 one stops at its "
+                       "overflow at step 75): fp32 steps 3.5 TFLOP at ~50 TFLOP/s ~70 ms, fp16-autocast ~15 ms, plus "
+                       "per-layer gradient norms (~100 host syncs, ~2 ms): 3 x 100 x 72 ms + 76 x 17 ms"),
+    "mixed_precision": (22, "5 training runs x 100 steps on 8 x 512 tokens (3.5 TFLOP a step): two fp32 (~70 ms at ~50 "
+                            "TFLOP/s) ~14 s, three autocast (~18 ms) ~5.5 s; the loss-factor sweep, 20 one-step "
+                            "gradients ~1 s; FP8 _scaled_mm and bf16 8192^3 timings ~0.5 s"),
+    "profile_step": (8, "bf16-autocast GPT (8 x 2048, 32k vocab, ~470 M parameters) on 8 x 1024 tokens, ~2.3e13 FLOP "
+                        "(~60 ms) a step: model init on the host ~2 s, 10 timed steps ~0.6 s, profiled steps with CUDA "
+                        "activity and FLOP counting ~1 s, the trace's events walked in Python ~3 s"),
     "step_memory": (30, "6 one-step runs of a 134 M-parameter GPT (fp32, autocast, bf16 + fp32 master at 5 x 1024 "
                         "tokens; the last also at 256 and 512 tokens and once more under the allocator's history), "
                         "each ~1-2 s of host-side init plus a ~0.1 s step; a few thousand logged allocations replayed"),
     # t9: foundations
-    "gbdt": (60, "scikit-learn's histogram GBDT on 1M x 28 rows, 100 trees, 3 data seeds, on the host (the GPU "
-                 "machine has no CUDA xgboost: recorded not run)"),
-    "host_device_transfers": (25, "pageable vs pinned copies at 5 sizes up to 256 MiB, chunked overlap, an input "
-                                  "pipeline: 13 timings of <= 30 ms"),
-    "kmeans_search": (40, "k-means on 1M x 64 (20 iterations), exact and IVF search of 10k queries over 4M x 128 "
-                          "at 8 nprobe values"),
-    "machine_laws": (30, "a 16384^2 weight matrix at 12 column counts (GEMV to GEMM), Amdahl/Gustafson work units"),
-    "numerics": (30, "sums of up to 2^26 terms in 4 orders and precisions, 2000 small training steps"),
-    "streaming_topk": (35, "300 random streams checked, top-1000 of 2^28 elements (1 GiB) at 3 chunk sizes"),
+    "gbdt": (10, "scikit-learn's HistGradientBoosting (100 trees, depth 6, 255 bins) on 400k x 28 training rows with "
+                 "the host's threads, ~2 s a fit: a warm-up fit and 3 seeds ~8 s; make_classification of 3 x 500k x 28 "
+                 "~1.5 s; xgboost and lightgbm are not on the GPU machine (recorded not run)"),
+    "host_device_transfers": (10, "5 sizes (1-256 MiB) x 4 copies (pageable/pinned, both ways; 256 MiB pageable ~30 ms: "
+                                  "10 calls) ~5 s; pinned-buffer allocation ~1 s; overlap and input-pipeline timings "
+                                  "(16 chunks of 64 MiB) ~3 s"),
+    "kmeans_search": (33, "data made on the host (1M x 64, 2M x 128) ~1.5 s; k-means 20 iterations on the GPU (~0.1 s a "
+                          "call with the 256 MB upload, 10 calls) ~1 s and scikit-learn's lloyd twice on the host (2.6 "
+                          "TFLOP fp32 each) ~5 s; exact search of 10k queries over 2M (40 chunks of 256 x 2M distances, "
+                          "~0.3 s a search): check and 10 timed calls ~3.5 s; a float64 cdist of 50 queries ~0.8 s; IVF "
+                          "build ~0.7 s; the IVF search loops over 2048 lists in Python (~0.12 ms a list, ~0.25 s a "
+                          "search): full scan + 5 nprobe values x 11 calls ~15 s; sharded exact search at 1, 2, 4, 8 "
+                          "shards ~5.5 s"),
+    "machine_laws": (12, "GEMV to GEMM on a 16384^2 fp32 weight at 12 column counts (0.36 ms to 22 ms) ~3.5 s; "
+                         "Amdahl/Gustafson: 2 rounds x 6 process counts (1, 2, 3, 4, 8, 16) of process pools running 4 "
+                         "serial + 36 parallel units of ~1 ms (strong) and 36p units (weak), 5-15 calls each ~8 s"),
+    "numerics": (8, "sums up to 2^24 terms over 1024 lanes, launch-bound Python loops (~15 us a row for naive, ~30 us "
+                    "for Kahan): 16384 rows x 3 dtypes x 2 methods + bf16-in-fp32 at the largest size ~2.5 s, the "
+                    "smaller sizes ~1 s, per-lane final sums ~2 s; 2000-step trainings x 4 precisions ~1.5 s; softmax "
+                    "cases ~0.5 s"),
+    "streaming_topk": (8, "300 random streams and ~150 adversarial cases checked (small launch-bound ops) ~2.5 s; "
+                          "top-1000 of 2^28 floats (1 GiB): torch.topk, a full sort (~40 ms), one-pass select and "
+                          "streaming at 3 chunk sizes, 6 timings ~3 s"),
     # t10: benchmarking
-    "profiling": (30, "an 8192 x 4096 x 16384 MLP profiled (torch.profiler, one trace), a 64-layer tiny stack, "
-                      "one 8192^3 matmul; ncu where present on two kernels (~10 s with replay)"),
-    "regression_gate": (30, "100 A/A calibration pairs, then 2 candidates x 60 trials x k <= 100 interleaved and "
-                            "sequential pairs of a 2^26-element kernel (~0.2 ms a call on an H100): <= 50k calls"),
-    "timing_wrong_right": (25, "a 4096^3 matmul timed five wrong ways and the right way, 3 compiles"),
-    "warmup_and_caches": (45, "5 working sets for the cache sweep, 2000 repeats for the spread study, 7 compiles"),
+    "profiling": (18, "a float64 reference step of the 8192 x 4096 x 16384 MLP on the GPU (6.6 TFLOP fp64) ~0.2 s; 3 "
+                      "programs timed and profiled for 12 steps with CUDA activity ~3 s; the events walked in Python ~2 "
+                      "s; ncu on one GELU kernel in a child process (python and torch start under ncu, one replay) ~12 "
+                      "s"),
+    "regression_gate": (8, "sin of 2^26 floats (0.5 GB moved, ~0.2 ms + ~50 us of event overhead a call): 100 A/A "
+                           "calibration pairs, then 2 candidates x 60 trials x 2 orders x k pairs; k from the measured "
+                           "spread, ~10 on a quiet GPU: ~5k calls ~1.5 s (k = 100 would be ~12 s); the gate over the "
+                           "CPU records on the host ~1 s"),
+    "timing_wrong_right": (7, "a 4096^3 fp32 matmul (0.14 TFLOP, ~2.7 ms) timed 7 ways in 5 interleaved rounds: 50-call "
+                              "host and event timers, torch Timer (0.1 s) at 1 and all threads, do_bench median and "
+                              "mean (~0.15 s each), the harness (~0.2 s): ~1.2 s a round"),
+    "warmup_and_caches": (14, "Inductor's first compile of the chain ~8 s (24 s in the CPU record) and 20 single timed "
+                              "calls; eager timings; the cache sweep at 5 working sets x 3 pairs x (warm, flushed), <= "
+                              "20 repeats each ~1.5 s; 2000 single timed calls of a 1 MiB sum ~0.1 s; bootstrap of the "
+                              "spread on the host ~1 s"),
     # added this round (T2, T3, T6 extensions; T4; T11): estimates until their first GPU record
-    "lower_irs": (25, "one Triton kernel compiled to TTIR..SASS (~1 s), checked and timed on 4096 x 1000 rows; "
-                      "allocator counters, a side stream with events, the .item() orders timed"),
+    "lower_irs": (12, "a Triton JIT compile ~1 s and an ahead-of-time compile for sm_90 ~1 s, cuobjdump/nvdisasm ~0.5 "
+                      "s; Inductor's first compile (bias + GELU on 4096 x 1000) ~6 s; allocator probes; 4096^2 bf16 "
+                      "matmul chains (~1 ms) in 7 timings ~2 s"),
     "matmul_epilogue": (30, "8192 x 1024 x 4096 bf16 (69 GFLOP, ~0.1 ms a matmul): one Inductor compile (~10 s cold, "
                             "its imports included), two Triton compiles (~2 s each), 7 timings capped at 200 repeats "
                             "of <= 0.3 ms, five float64 checks of the 8192 x 4096 output on the host (~0.5 s each)"),
@@ -359,13 +469,44 @@ def last_gpu_wall_time(demo: str, device_class: str, results_dirs: list[Path]) -
     return None
 
 
+def _third_party_imports(path: Path) -> set[str]:
+    """Top-level packages a file imports (anywhere in it), not the standard library, not this repository."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+        found.update(n.split(".")[0] for n in names)
+    return {n for n in found if n not in sys.stdlib_module_names and n not in ("demos", "scripts", "__future__")}
+
+
+def process_start_s(demo: str, demos_dir: Path = DEMOS_DIR) -> tuple[float, list[str]]:
+    """A demo's estimated process start on a GPU: PROCESS_START_S, plus IMPORT_START_S for each of those
+    packages that its file or the local modules it imports (demos/common, its topic's helpers, a child
+    module it runs) import. Returns (seconds, the packages counted)."""
+    path = next(iter(sorted(demos_dir.glob(f"*/{demo}.py"))), None)
+    if path is None:
+        return PROCESS_START_S, []
+    from demos.harness.digest import local_sources
+
+    try:
+        files = [f for f in local_sources(path.resolve()) if "harness" not in f.parent.name]
+    except ValueError:  # a demo outside this repository (tests' stand-ins): its own file only
+        files = [path]
+    packages = sorted(set().union(*(_third_party_imports(f) for f in files)) & set(IMPORT_START_S))
+    return PROCESS_START_S + sum(IMPORT_START_S[p][0] for p in packages), packages
+
+
 def estimate(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[float, str]:
     measured = last_gpu_wall_time(demo, device_class, results_dirs) if device_class != "cpu" else None
     if measured:
         seconds, source = measured
         return seconds + PROCESS_START_S, f"{source} (wall time and start)"
     seconds, why = ESTIMATES_S.get(demo, DEFAULT_ESTIMATE_S)
-    total, source = seconds + PROCESS_START_S, "table"
+    total, source = seconds + process_start_s(demo)[0], "table"
     if demo in T6_DEMOS_WITH_TRAINING and not any(T6_MODEL_CACHE.glob("full-*.pt")):
         total += T6_TRAINING_S[0]
         source = "table + T6 model training"
@@ -438,7 +579,8 @@ def write_outputs(c: Campaign, results_dir: Path, log_dir: Path) -> None:
                "remaining": [r.demo for r in c.rows if r.status.startswith("not started") or r.status == "interrupted"],
                "estimates_table": {k: {"seconds": v[0], "how": v[1]} for k, v in ESTIMATES_S.items()},
                "t6_training": {"seconds": T6_TRAINING_S[0], "how": T6_TRAINING_S[1]},
-               "process_start_s": PROCESS_START_S}
+               "process_start_s": PROCESS_START_S,
+               "import_start_s": {k: {"seconds": v[0], "how": v[1]} for k, v in IMPORT_START_S.items()}}
     _atomic_bytes(c.out / "summary.json", (json.dumps(summary, indent=1) + "\n").encode())
     _atomic_bytes(c.out / "summary.md", summary_markdown(c).encode())
 
@@ -468,19 +610,23 @@ def estimates_table(device_class: str = "h100", results_dirs: list[Path] | None 
         if found:
             seconds, how = found[0], f"measured ({found[1]})"
             measured += 1
+            start = PROCESS_START_S  # last_gpu_wall_time's seconds already hold the measured start-up
         else:
             seconds, how = ESTIMATES_S.get(name, DEFAULT_ESTIMATE_S)
-            how = f"estimated: {how}"
-        total += seconds + PROCESS_START_S
-        rows.append(f"| {name} | {seconds + PROCESS_START_S:.0f} | {how} |")
+            start, packages = process_start_s(name)
+            how = f"estimated: {how}" + (f"; start {start:.1f} s with {', '.join(packages)}" if packages else "")
+        total += seconds + start
+        rows.append(f"| {name} | {seconds + start:.0f} | {how} |")
     if measured < len(rows):  # the T6 model is trained by the first T6 demo that has no GPU record yet
         total += T6_TRAINING_S[0]
         rows.append(f"| (T6 model training, once per machine) | {T6_TRAINING_S[0]:.0f} | estimated: {T6_TRAINING_S[1]} |")
     windows = math.ceil(total / (CALL_BUDGET_S)) if total else 0
     lead = (f"**The whole GPU campaign: {total / 60:.1f} min of GPU time on one {device_class} "
             f"({measured} of {len(catalog.discover())} demos measured, the rest estimated), about {windows} "
-            f"call(s) of {CALL_BUDGET_S / 60:.0f} min.** Each demo's time includes {PROCESS_START_S:.0f} s of "
-            "process start and ceilings; a measured time replaces the estimate as soon as a GPU record exists.")
+            f"call(s) of {CALL_BUDGET_S / 60:.0f} min.** Each demo's time includes its process start: "
+            f"{PROCESS_START_S:.0f} s (python, torch, the CUDA context, the opening and closing ceilings), plus "
+            + ", ".join(f"{v[0]:g} s for {k}" for k, v in IMPORT_START_S.items())
+            + " where the demo imports them; a measured time replaces the estimate as soon as a GPU record exists.")
     return "\n".join([lead, "", "| demo | GPU s (incl. start) | from |", "|---|---|---|", *rows])
 
 

@@ -31,7 +31,7 @@ run = start("divergence", title="Debugging divergence: loss spikes, per-layer gr
                    "small": {"cfg": GPTConfig(vocab=256, seq=32, width=64, heads=2, layers=3, dropout=0.0), "b": 8,
                              "steps": 40, "bad_at": 25},
                    "full": {"cfg": GPTConfig(vocab=32000, seq=512, width=1024, heads=16, layers=8, dropout=0.0),
-                            "b": 8, "steps": 200, "bad_at": 150}},
+                            "b": 8, "steps": 100, "bad_at": 75}},
             cpu_threads=1)
 cfg, B, STEPS, BAD = (run.sizes[k] for k in ("cfg", "b", "steps", "bad_at"))
 dev = run.torch_device

@@ -27,7 +27,7 @@ run = start("mixed_precision", title="Mixed precision: FP16 underflow, GradScale
                    "small": {"cfg": GPTConfig(vocab=256, seq=32, width=64, heads=2, layers=2, dropout=0.0), "b": 8,
                              "steps": 50},
                    "full": {"cfg": GPTConfig(vocab=32000, seq=512, width=1024, heads=16, layers=8, dropout=0.0),
-                            "b": 16, "steps": 200}},
+                            "b": 8, "steps": 100}},
             cpu_threads=1)
 cfg, B, STEPS = run.sizes["cfg"], run.sizes["b"], run.sizes["steps"]
 dev = run.torch_device

@@ -28,7 +28,7 @@ run = start(
     sizes={  # (rows, features, trees, data seeds)
         "tiny": (8_000, 16, 10, 2),
         "small": (30_000, 28, 50, 3),
-        "full": (1_000_000, 28, 100, 3),
+        "full": (500_000, 28, 100, 3),
     },
     # Tree builders run an OpenMP barrier per node: on a CPU shared with other work, a thread that
     # gets descheduled stalls every barrier. The thread count is part of the benchmark and is stated

@@ -31,7 +31,7 @@ run = start(
     sizes={  # (k-means points, dim, clusters, iterations), (database, queries, dim, nlist, nprobes)
         "tiny": ((4_000, 16, 16, 10), (20_000, 100, 32, 64, [1, 2, 4, 8, 16])),
         "small": ((20_000, 32, 64, 20), (50_000, 200, 64, 128, [1, 2, 4, 8, 16, 32])),
-        "full": ((1_000_000, 64, 1024, 20), (4_000_000, 10_000, 128, 4096, [1, 2, 4, 8, 16, 32, 64, 128])),
+        "full": ((1_000_000, 64, 1024, 20), (2_000_000, 10_000, 128, 2048, [1, 4, 16, 32, 128])),
     },
     cpu_threads=1,  # one thread for torch, BLAS and FAISS alike: the comparison is per core
 )

@@ -32,7 +32,7 @@ run = start(
     sizes={  # (largest number of terms, parallel accumulators (lanes), training steps)
         "tiny": (2**18, 64, 200),
         "small": (2**22, 256, 600),
-        "full": (2**26, 1024, 2000),
+        "full": (2**24, 1024, 2000),
     },
     cpu_threads=1,
 )
