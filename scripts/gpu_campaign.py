@@ -321,7 +321,7 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                          "product checked on 67 M elements on the host (~3 s)"),
     "cpp_extension": (30, "g++ library and ASan program, nvcc object, library and program (~2.5 s each: ~10 s of "
                           "builds), 8 host threads x 400 calls on 1024 x 768 (~5-10 s), 12 exact checks, "
-                          "compute-sanitizer on the planted bug (~5-10 s, capped at 120 s), two host timings"),
+                          "compute-sanitizer on the planted bug (~5-10 s, capped at 60 s), two host timings"),
 }
 T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k tokens = 2e16 FLOPs at ~300 TFLOP/s "
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
