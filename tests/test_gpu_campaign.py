@@ -187,6 +187,19 @@ def test_the_budget_table_uses_a_measured_wall_time_and_its_parts(tmp_path, monk
     assert table.startswith("**The whole GPU campaign:") and "1 of" in table
 
 
+def test_process_start_counts_the_packages_a_demo_imports(tmp_path):
+    """A demo's estimated start adds an import share only for the packages its own code (or a local helper
+    it imports) imports; the harness's imports are in the base; the table's estimate uses it."""
+    base, jax_share = gpu_campaign.PROCESS_START_S, gpu_campaign.IMPORT_START_S["jax"][0]
+    assert gpu_campaign.process_start_s("jax_lowering") == (base + jax_share, ["jax"])
+    assert gpu_campaign.process_start_s("layout_and_padding") == (base, [])  # torch only
+    assert "sklearn" in gpu_campaign.process_start_s("distillation")[1]  # through demos/t5_compression/_model.py
+    assert gpu_campaign.process_start_s("no_such_demo") == (base, [])
+    seconds, source = gpu_campaign.estimate("jax_lowering", "h100", [tmp_path])  # no GPU record there
+    assert source == "table"
+    assert seconds == pytest.approx(gpu_campaign.ESTIMATES_S["jax_lowering"][0] + base + jax_share)
+
+
 def test_gpu_markers_put_pages_with_gpu_claims_first():
     counts = gpu_campaign.gpu_marker_counts()
     assert counts.get("kernel_fusion", 0) > 0
