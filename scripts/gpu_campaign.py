@@ -207,9 +207,10 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
                        "ceilings (the gloo sweep is the CPU record's)"),
     "shard_gemm": (2, "the 8192-wide GEMM of 4 x 2048 tokens split 1, 2, 4, 8 ways (bf16, 1.1/t TFLOP, ~1.5 ms at t=1): "
                       "4 timings ~1 s; float64 checks on a few rows ~0.1 s"),
-    "tensor_parallel": (7, "on one GPU: the single-process MLP step at 4 x 2048 x 8192 (hidden 32768, 2.6e13 FLOP, ~45 "
-                           "ms in bf16) timed as 1 + 1 + 1 + 10 calls of 5 steps ~3 s; its weights made on the host ~2 "
-                           "s; the 2- and 4-rank parts need GPUs under torchrun (recorded not run)"),
+    "tensor_parallel": (4, "on one GPU: the single-process MLP forward + backward at 4 x 2048 x 8192 (hidden 32768, "
+                           "2.6e13 FLOP, ~45 ms in bf16; weights made on the GPU) timed as 1 + 1 + 1 + 10 calls of 5 "
+                           "steps ~3 s; a float64 reference at 2 x 64 x 1024 on the host; the 2- and 4-rank parts need "
+                           "GPUs under torchrun (recorded not run)"),
     # t8: training at scale (a 8-layer, 1024-wide GPT, ~100 M parameters with the 32k embedding)
     "accumulation_and_overlap": (4, "fp32 GPT (8 x 1024, 32k vocab) gradients three times (one batch of 32 x 1024 "
                                     "tokens, 8 micro-batches, 8 without the 1/k): ~2e13 FLOP fp32 each ~0.4 s, model "
