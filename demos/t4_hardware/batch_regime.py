@@ -104,7 +104,10 @@ for r in ("torch", "ort"):
     run.metric(f"{r}.knee_batch", knee, "rows", label=f"{r}: knee b* = batch-1 time / marginal time per row")
     on_host = r == "ort" and run.device.is_gpu  # then its weights sit in host memory, under the CPU's caches
     resident = (cpu_llc_bytes() or 0) >= weight_bytes if on_host else run.cache_resident(weight_bytes)
+    # On a GPU, PyTorch's batch-1 rate is also a fraction of the same-run copy ceiling (both stream device memory;
+    # a CPU run's one thread is not comparable with its all-thread ceiling).
     run.metric(f"{r}.batch1_gbps", weight_bytes / t1 / 1e9, "GB/s", kind="memory",
+               ceiling="copy_bandwidth" if run.device.is_gpu and r == "torch" else None,
                label=f"{r}: weight bytes / batch-1 time", cache_resident=resident)
     run.metric(f"{r}.largest_gflops", flops_per_sample * BATCHES[-1] / t_max / 1e9, "GFLOP/s", dtype="float32",
                label=f"{r}: FLOP rate at batch {BATCHES[-1]}")
