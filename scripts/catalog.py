@@ -114,7 +114,8 @@ def device_label(device_class: str) -> str:
 
 def datasheet_peak(device_class: str, metric: record.Metric) -> float | None:
     """The published peak that bounds a rate metric on this device class, in the metric's normalised unit
-    (GB/s or TFLOP/s): memory bandwidth for bytes (device memory or a link), the dense tensor-core or
+    (GB/s or TFLOP/s): for bytes the host-device link's one-way rate (kind "host_link") or else the memory
+    bandwidth (device memory, or a link between devices, which no single GPU's HBM outruns); the dense tensor-core or
     vector peak of the metric's dtype for FLOPs. None for a non-rate, a cache-resident rate, or a peak the
     datasheet does not give (the check reports those)."""
     sheet = datasheets().get(device_class)
@@ -123,7 +124,9 @@ def datasheet_peak(device_class: str, metric: record.Metric) -> float | None:
         return None
     kind, _ = rate
     if kind == "bytes":
-        return None if (metric.cache_resident or metric.kind == "cache") else sheet.get("memory_gbps")
+        if metric.cache_resident or metric.kind == "cache":
+            return None
+        return sheet.get("host_link_gbps") if metric.kind == "host_link" else sheet.get("memory_gbps")
     return sheet.get("tflops", {}).get(metric.dtype) if metric.dtype else None
 
 

@@ -113,6 +113,8 @@ def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dic
 # beat it by noise; beyond this margin the ceiling is the wrong yardstick (a cache-resident kernel
 # against a memory ceiling, one thread against many) and the fraction means nothing.
 FRACTION_MARGIN = 1.25
+# What bounds a byte rate of each kind in scripts/datasheets.toml (memory bandwidth when not named).
+BYTE_PEAK_NAMES = {"host_link": "host link rate (one way)"}
 
 
 def vet_record(rec: record.Record, where: str) -> list[str]:
@@ -133,12 +135,13 @@ def vet_record(rec: record.Record, where: str) -> list[str]:
                 m = record.Metric(**{**m.__dict__, "dtype": ceiling.dtype if ceiling else None})
             peak = catalog.datasheet_peak(rec.device_class, m)
             if peak is None and not (kind == "bytes" and (m.cache_resident or m.kind == "cache")):
-                what = f"{m.dtype} FLOP rate" if kind == "flops" else "memory bandwidth"
+                what = f"{m.dtype} FLOP rate" if kind == "flops" else BYTE_PEAK_NAMES.get(m.kind, "memory bandwidth")
                 problems.append(f"{where}: {field}: the {label} datasheet gives no peak for its {what} "
                                 f"(declare the metric's dtype, or add the peak to scripts/datasheets.toml)")
             elif peak is not None and value > peak:
                 problems.append(f"{where}: {field} = {fmt_number(value)} {'GB/s' if kind == 'bytes' else 'TFLOP/s'} "
-                                f"exceeds the {label} datasheet {'memory bandwidth' if kind == 'bytes' else m.dtype + ' peak'}"
+                                f"exceeds the {label} datasheet "
+                                f"{BYTE_PEAK_NAMES.get(m.kind, 'memory bandwidth') if kind == 'bytes' else m.dtype + ' peak'}"
                                 f" of {fmt_number(peak)}: a unit slip, a cache-resident measurement or a timing without "
                                 "synchronisation")
             if m.fraction_of_ceiling is not None and m.fraction_of_ceiling > FRACTION_MARGIN and not m.cache_resident:

@@ -71,12 +71,20 @@ def gpu_record(site, **metric) -> dict:
     ({"value": 100.0, "unit": "TFLOP/s"}, "must say its precision"),
     ({"value": 100.0, "unit": "TFLOP/s", "dtype": "float9"}, "dtype"),
     ({"value": 4.0, "unit": "TB/s"}, "exceeds the H100 datasheet memory bandwidth"),
+    # a host-to-device copy is bounded by the host link (PCIe Gen5 x16, 63 GB/s one way), not by HBM
+    ({"value": 100.0, "unit": "GB/s", "kind": "host_link"}, "exceeds the H100 datasheet host link rate (one way) of 63"),
     ({"value": 10.0, "unit": "GB/s "}, "unknown rate unit"),
     ({"value": -5.0, "unit": "GB/s"}, "cannot be negative"),
 ])
 def test_rates_are_checked_against_the_peak_of_their_dtype_or_kind(site, capsys, metric, expected):
     code, errors = errors_of(site, capsys, gpu_record(site, **metric))
     assert code in (1, 2) and any(expected in e for e in errors), errors
+
+
+def test_a_host_link_rate_under_the_link_rating_passes_and_a_link_between_gpus_is_not_held_to_it(site, capsys):
+    for metric in ({"value": 55.0, "kind": "host_link"}, {"value": 400.0, "kind": "link"}):
+        code, errors = errors_of(site, capsys, gpu_record(site, **metric))
+        assert code == 0, (metric, errors)
 
 
 def test_a_fraction_above_one_is_refused_unless_cache_resident(site, capsys):

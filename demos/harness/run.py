@@ -187,6 +187,9 @@ class Run:
                                  f"(allowed {atol:.0e} + {rtol:.0e}*|ref|){'' if finite else ', non-finite values'}")
         self.checks[-1].update({"max_abs_err": worst, "rtol": rtol, "atol": atol})
 
+    # Byte-rate kinds, as the record schema lists them: "memory" (the default), "link" (between devices
+    # or nodes: NVLink, a network), "host_link" (host <-> device, one way: PCIe, NVLink-C2C; the check
+    # bounds it by the datasheet's host_link_gbps, not by HBM), "cache".
     def metric(self, name: str, value: float, unit: str, label: str | None = None,
                ceiling: str | None = None, dtype: str | None = None, kind: str | None = None,
                cache_resident: bool = False) -> None:

@@ -152,7 +152,7 @@ else:
     nbytes = 4 * n
     for name, src in (("pageable", host), ("pinned", pinned)):
         t = run.time(lambda: src.to(device, non_blocking=True), flush=False)
-        run.metric(f"h2d.{name}.gbps", nbytes / t.median_s / 1e9, "GB/s", kind="link",
+        run.metric(f"h2d.{name}.gbps", nbytes / t.median_s / 1e9, "GB/s", kind="host_link",
                    label=f"host-to-device copy of {nbytes >> 20} MiB from {name} memory")
     run.metric("h2d.pinned_over_pageable", run.metrics["h2d.pinned.gbps"]["value"]
                / run.metrics["h2d.pageable.gbps"]["value"], "x", label="pinned over pageable H2D copy speed")

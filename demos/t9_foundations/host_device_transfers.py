@@ -17,10 +17,20 @@
 # and its transfers and bytes are counted and checked against their formulas.
 
 # %%
+import tomllib
+
 import numpy as np
 import torch
 
+from demos.harness.paths import DATASHEETS
 from demos.harness.run import start
+
+
+def datasheet_host_link(device_class: str) -> float | None:
+    """The host link's one-way GB/s for a device class, or None where the datasheets give none."""
+    with open(DATASHEETS, "rb") as f:
+        return tomllib.load(f).get(device_class, {}).get("host_link_gbps")
+
 
 run = start(
     "host_device_transfers",
@@ -34,10 +44,11 @@ run = start(
 )
 device = run.torch_device
 copy_mib, (n_chunks, chunk_mib), n_rows, n_features, batch = run.sizes
-# PCIe Gen5 x16: 32 GT/s x 16 lanes, 128b/130b encoding = 63 GB/s per direction (PCI-SIG PCIe 5.0
-# specification; NVIDIA's H100 SXM datasheet lists PCIe Gen5, 128 GB/s for both directions together).
-LINK_GBPS = 63.0
 gpu = run.device.is_gpu
+# The host link's one-way rating for this GPU's class, from scripts/datasheets.toml (PCIe Gen5 x16 on an
+# H100 or H200: 32 GT/s x 16 lanes x 128/130 / 8 = 63 GB/s each way; NVLink-C2C on a GH200). The check
+# refuses a host_link rate above it; a class the datasheets do not list gets no fraction.
+LINK = datasheet_host_link(run.device.device_class) if gpu else None
 GPU_ONLY = "needs a CUDA GPU (pinned memory, copy engines and streams are GPU features)"
 
 # %% [markdown]
@@ -61,13 +72,19 @@ if gpu:
             "d2h pinned": run.time(lambda: back_pinned.copy_(on_gpu, non_blocking=True), flush=False).median_s,
         }
         gbps = {k: mib * 2**20 / v / 1e9 for k, v in t.items()}
-        rows.append([mib] + [round(gbps[k], 1) for k in t] + [round(gbps["h2d pinned"] / LINK_GBPS, 2)])
+        rows.append([mib] + [round(gbps[k], 1) for k in t]
+                    + [round(gbps["h2d pinned"] / LINK, 2) if LINK else None])
         for k, v in gbps.items():
-            run.metric(f"{k.replace(' ', '_')}.{mib}mib.gbps", v, "GB/s", label=f"{k}, {mib} MiB", kind="link")
-    run.table("bandwidth", f"Host-device copy bandwidth (GB/s); link rating {LINK_GBPS} GB/s per direction (PCIe Gen5 x16)",
+            run.metric(f"{k.replace(' ', '_')}.{mib}mib.gbps", v, "GB/s", label=f"{k}, {mib} MiB", kind="host_link")
+    rating = f"link rating {LINK} GB/s each way" if LINK else "no link rating for this GPU class"
+    run.table("bandwidth", f"Host-device copy bandwidth (GB/s); {rating}",
               ["MiB", "H2D pageable", "H2D pinned", "D2H pageable", "D2H pinned", "H2D pinned / rating"], rows)
-    run.metric("h2d_pinned_fraction_of_link", rows[-1][2] / LINK_GBPS, "fraction",
-               label=f"pinned H2D at {copy_mib[-1]} MiB over the PCIe Gen5 x16 rating")
+    if LINK:
+        run.metric("h2d_pinned_fraction_of_link", rows[-1][2] / LINK, "fraction",
+                   label=f"pinned H2D at {copy_mib[-1]} MiB over the host link's one-way rating")
+    else:
+        run.not_run("pinned H2D as a fraction of the link rating",
+                    f"scripts/datasheets.toml gives no host_link_gbps for {run.device.device_class}")
     run.metric("pinned_over_pageable_h2d", rows[-1][2] / rows[-1][1], "x", label=f"pinned over pageable H2D at {copy_mib[-1]} MiB")
 else:
     run.not_run("copy bandwidth, pageable vs pinned (H2D and D2H)", GPU_ONLY)
