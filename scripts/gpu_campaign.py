@@ -293,7 +293,7 @@ ESTIMATES_S: dict[str, tuple[float, str]] = {
     "paged_kv": (15, "greedy decoding of 8 prompts x 129 tokens through the contiguous and the paged cache (~4 and ~10 "
                      "ms a step: the block tables go to the GPU every layer), 2 timings, the waste simulation on the "
                      "host (5 schemes x 2000 requests of up to 640 tokens, ~1 s each); the T6 model's training comes "
-                     "on top when this is the first T6 demo on the machine (T6_DEMOS_WITH_TRAINING)"),
+                     "on top when this is the first T6 demo on the machine (trains_t6_model)"),
     "hardware_roofline": (3, "no device work of its own: datasheet arithmetic and four committed CPU records read back "
                              "(the ceilings are in the process start)"),
     "batch_regime": (30, "the full MLP (134 MB fp32) exported to ONNX once (torch.export + onnxscript, ~10-20 s on "
@@ -328,7 +328,7 @@ T6_TRAINING_S = (100, "target (12 x 1024, ~130 M parameters) 1500 steps of 16k t
                       "bf16 autocast ~70 s, draft ~10 s, evaluation: paid by the first T6 demo on a machine whose "
                       ".cache/models holds no full-size model")
 DEFAULT_ESTIMATE_S = (90, "no estimate set for this demo (another topic's): a cautious default")
-T6_DEMOS_WITH_TRAINING = ("batching", "kv_cache", "paged_kv", "speculative", "weight_only_int8")
+T6_TRAINING_CALL = "trained_models"  # the call that trains the T6 models when the cache has none (trains_t6_model)
 
 
 @dataclass
@@ -484,21 +484,38 @@ def _third_party_imports(path: Path) -> set[str]:
     return {n for n in found if n not in sys.stdlib_module_names and n not in ("demos", "scripts", "__future__")}
 
 
-def process_start_s(demo: str, demos_dir: Path = DEMOS_DIR) -> tuple[float, list[str]]:
-    """A demo's estimated process start on a GPU: PROCESS_START_S, plus IMPORT_START_S for each of those
-    packages that its file or the local modules it imports (demos/common, its topic's helpers, a child
-    module it runs) import. Returns (seconds, the packages counted)."""
+def _demo_code_files(demo: str, demos_dir: Path = DEMOS_DIR) -> list[Path]:
+    """The demo's file and the local modules it imports (demos/common, its topic's helpers, a child module
+    it runs), the harness left out; [] for an unknown demo."""
     path = next(iter(sorted(demos_dir.glob(f"*/{demo}.py"))), None)
     if path is None:
-        return PROCESS_START_S, []
+        return []
     from demos.harness.digest import local_sources
 
     try:
-        files = [f for f in local_sources(path.resolve()) if "harness" not in f.parent.name]
+        return [f for f in local_sources(path.resolve()) if "harness" not in f.parent.name]
     except ValueError:  # a demo outside this repository (tests' stand-ins): its own file only
-        files = [path]
-    packages = sorted(set().union(*(_third_party_imports(f) for f in files)) & set(IMPORT_START_S))
+        return [path]
+
+
+def process_start_s(demo: str, demos_dir: Path = DEMOS_DIR) -> tuple[float, list[str]]:
+    """A demo's estimated process start on a GPU: PROCESS_START_S, plus IMPORT_START_S for each of those
+    packages that its code (``_demo_code_files``) imports. Returns (seconds, the packages counted)."""
+    files = _demo_code_files(demo, demos_dir)
+    packages = sorted(set().union(set(), *(_third_party_imports(f) for f in files)) & set(IMPORT_START_S))
     return PROCESS_START_S + sum(IMPORT_START_S[p][0] for p in packages), packages
+
+
+def trains_t6_model(demo: str, demos_dir: Path = DEMOS_DIR) -> bool:
+    """Whether the demo's code calls ``trained_models`` (demos/t6_inference/_model.py), so that on a machine
+    whose model cache holds no full-size model it pays the training (T6_TRAINING_S). Read from the code,
+    so a new T6 demo cannot be missed."""
+    for path in _demo_code_files(demo, demos_dir):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and T6_TRAINING_CALL in (getattr(node.func, "id", None),
+                                                                   getattr(node.func, "attr", None)):
+                return True
+    return False
 
 
 def estimate(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[float, str]:
@@ -508,7 +525,7 @@ def estimate(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[fl
         return seconds + PROCESS_START_S, f"{source} (wall time and start)"
     seconds, why = ESTIMATES_S.get(demo, DEFAULT_ESTIMATE_S)
     total, source = seconds + process_start_s(demo)[0], "table"
-    if demo in T6_DEMOS_WITH_TRAINING and not any(T6_MODEL_CACHE.glob("full-*.pt")):
+    if not any(T6_MODEL_CACHE.glob("full-*.pt")) and trains_t6_model(demo):
         total += T6_TRAINING_S[0]
         source = "table + T6 model training"
     return total, source

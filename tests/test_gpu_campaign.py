@@ -200,6 +200,21 @@ def test_process_start_counts_the_packages_a_demo_imports(tmp_path):
     assert seconds == pytest.approx(gpu_campaign.ESTIMATES_S["jax_lowering"][0] + base + jax_share)
 
 
+def test_the_t6_training_is_charged_to_the_demos_whose_code_trains_the_model(tmp_path, monkeypatch):
+    """Read from the code (a call to trained_models), not a hand-kept list: paged_kv was once missed."""
+    assert gpu_campaign.trains_t6_model("paged_kv") and gpu_campaign.trains_t6_model("speculative")
+    assert not gpu_campaign.trains_t6_model("prefill_decode")  # random weights, no training
+    assert not gpu_campaign.trains_t6_model("kernel_fusion") and not gpu_campaign.trains_t6_model("no_such_demo")
+    monkeypatch.setattr(gpu_campaign, "T6_MODEL_CACHE", tmp_path / "models")  # an empty cache: training owed
+    with_training, source = gpu_campaign.estimate("paged_kv", "h100", [tmp_path])
+    assert source == "table + T6 model training"
+    assert with_training == pytest.approx(gpu_campaign.ESTIMATES_S["paged_kv"][0]
+                                          + gpu_campaign.process_start_s("paged_kv")[0] + gpu_campaign.T6_TRAINING_S[0])
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "full-target.pt").write_bytes(b"")  # a trained model on the machine: none owed
+    assert gpu_campaign.estimate("paged_kv", "h100", [tmp_path])[1] == "table"
+
+
 def test_gpu_markers_put_pages_with_gpu_claims_first():
     counts = gpu_campaign.gpu_marker_counts()
     assert counts.get("kernel_fusion", 0) > 0
