@@ -61,6 +61,14 @@ def _cached_digest(path: Path) -> str:
     return value
 
 
+def demo_sources(path: Path) -> list[Path]:
+    """The files a demo's digest covers (the demo, the harness and the local modules it imports), from the
+    digest's cache: a site build that asks for them per demo (the GPU budget table) parses nothing twice."""
+    _cached_digest(path)
+    stamp = _DIGESTS[path][0]
+    return [Path(p) for p, _, _ in stamp] if stamp else local_sources(path)
+
+
 def _cached_record(path: Path) -> record.Record:
     """record.load, validated again only when the file changed."""
     stamp = _stamp([path])

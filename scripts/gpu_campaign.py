@@ -490,10 +490,8 @@ def _demo_code_files(demo: str, demos_dir: Path = DEMOS_DIR) -> list[Path]:
     path = next(iter(sorted(demos_dir.glob(f"*/{demo}.py"))), None)
     if path is None:
         return []
-    from demos.harness.digest import local_sources
-
     try:
-        return [f for f in local_sources(path.resolve()) if "harness" not in f.parent.name]
+        return [f for f in catalog.demo_sources(path.resolve()) if "harness" not in f.parent.name]
     except ValueError:  # a demo outside this repository (tests' stand-ins): its own file only
         return [path]
 
