@@ -31,6 +31,22 @@ from scripts.markers import MarkerError  # noqa: E402
 TOPIC_SEARCH_BOOST = 4
 
 
+def _card_configs(config) -> dict:
+    """The site's Markdown settings without the glossary appended to every fragment: a practice card gets
+    only the glossary lines of the terms it contains (``_glossary_for``). Parsing all of it for each of
+    about 200 cards was most of a build's card time; the HTML is the same, since a term the fragment
+    does not contain gives no tooltip."""
+    configs = {name: dict(options) for name, options in config["mdx_configs"].items()}
+    configs.setdefault("pymdownx.snippets", {})["auto_append"] = []
+    return configs
+
+
+def _glossary_for(text: str) -> str:
+    """The glossary's definitions of the terms that occur in ``text``, as abbreviation lines to append."""
+    lines = [f"*[{term}]: {meaning}" for term, meaning in site_pages.glossary_terms() if term in text]
+    return "\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 @event_priority(100)  # before mkdocs-jupyter, so it turns the demo sources into notebook pages
 def on_files(files, config):
     try:
@@ -63,8 +79,9 @@ def on_page_markdown(markdown, page, config, files):
         page.meta["search"] = {"exclude": True}
 
     def to_html(fragment: str, topic) -> str:  # a fragment of a topic page, for practice cards
-        md = python_markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
-        return md.convert(render.render_page(fragment, src_uri))
+        text = render.render_page(fragment, src_uri)
+        md = python_markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=_card_configs(config))
+        return md.convert(text + _glossary_for(text))
 
     try:
         return render.render_page(site_pages.expand(markdown, src_uri, to_html), src_uri)
