@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_build_is_strict_and_fast(built_site):
-    """Ten topic pages and 51 notebook pages: a strict build from a fresh clone (no plot or notebook cache)
-    took 51 s on the 2-core machine, 23 s warm; the budget leaves room for a busier CI machine."""
+    """Twelve topic pages, 69 notebook pages and the practice cards: a strict build from a fresh clone (no
+    plot or notebook cache) took 47 s on the 2-core machine; the budget leaves room for a busier CI machine."""
     _, seconds = built_site
     assert seconds < 90
 
