@@ -1,7 +1,7 @@
 // The parallelism calculator: memory per GPU, communication per step, pipeline bubble and projected
 // step time for a transformer trained with TP x PP x DP (and ZeRO) on GPUs.
 //
-// The formulas are a line-by-line port of demos/common/cluster_model.py; tests/test_scale_model.py
+// The formulas are a line-by-line port of demos/common/cluster_model.py (with collectives.py and cluster_config.py); tests/test_scale_model.py
 // runs both on the same configurations and requires the same numbers (1e-9 relative).
 //
 // Python -> JavaScript:
