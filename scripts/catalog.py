@@ -5,13 +5,13 @@ Imports nothing heavy (no torch), so the check command and the site build stay f
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from demos.harness import record
-from demos.harness.paths import DATASHEETS, DEMOS_DIR, REPO_ROOT, RESULTS_DIR
+from demos.common.datasheets import load as load_datasheets
+from demos.harness.paths import DEMOS_DIR, REPO_ROOT, RESULTS_DIR
 from demos.harness import digest as digests
 from demos.harness.digest import local_sources, source_digest
 
@@ -112,8 +112,7 @@ def discover(demos_dir: Path = DEMOS_DIR) -> dict[str, Demo]:
 
 @cache
 def datasheets() -> dict[str, dict]:
-    with open(DATASHEETS, "rb") as f:
-        return tomllib.load(f)
+    return load_datasheets()
 
 
 def device_label(device_class: str) -> str:

@@ -15,18 +15,17 @@
 
 # %%
 import ast
-import tomllib
 
+from demos.common import datasheets
 from demos.harness import record
-from demos.harness.paths import DATASHEETS, RESULTS_DIR
+from demos.harness.paths import RESULTS_DIR
 from demos.harness.run import start
 
 run = start("hardware_roofline", title="Published specs, rooflines and ridge points, with this machine's roofline",
             sizes={"tiny": 24, "small": 48, "full": 48}, cpu_threads=None)
 points = run.sizes  # points per roofline curve
 
-with open(DATASHEETS, "rb") as f:
-    SHEETS = tomllib.load(f)
+SHEETS = datasheets.load()
 CHIPS = ["h100", "h200", "a100", "l4", "l40s", "jetson-agx-orin", "snapdragon-x-elite-npu"]
 PRECISIONS = [("float32", "FP32"), ("tfloat32", "TF32"), ("bfloat16", "BF16"), ("float8", "FP8")]
 

@@ -11,11 +11,10 @@
 # size); 1080p is projected by scaling with the pixel count, and labelled as a projection.
 
 # %%
-import tomllib
 
 import torch
 
-from demos.harness.paths import DATASHEETS
+from demos.common import datasheets
 from demos.harness.run import start
 from demos.t4_hardware._model import Enhancer
 
@@ -187,8 +186,7 @@ run.metric("batch.max_streams_measured", max([b for b, ok in zip(batch_s, fits_m
 # the bound says which targets are hopeless, not which are sufficient.
 
 # %%
-with open(DATASHEETS, "rb") as f:
-    sheets = tomllib.load(f)
+sheets = datasheets.load()
 t_rows = []
 for chip in ("h100", "l4", "jetson-agx-orin"):
     s = sheets[chip]

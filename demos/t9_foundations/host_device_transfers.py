@@ -17,20 +17,11 @@
 # and its transfers and bytes are counted and checked against their formulas.
 
 # %%
-import tomllib
-
 import numpy as np
 import torch
 
-from demos.harness.paths import DATASHEETS
+from demos.common import datasheets
 from demos.harness.run import start
-
-
-def datasheet_host_link(device_class: str) -> float | None:
-    """The host link's one-way GB/s for a device class, or None where the datasheets give none."""
-    with open(DATASHEETS, "rb") as f:
-        return tomllib.load(f).get(device_class, {}).get("host_link_gbps")
-
 
 run = start(
     "host_device_transfers",
@@ -48,7 +39,7 @@ gpu = run.device.is_gpu
 # The host link's one-way rating for this GPU's class, from scripts/datasheets.toml (PCIe Gen5 x16 on an
 # H100 or H200: 32 GT/s x 16 lanes x 128/130 / 8 = 63 GB/s each way; NVLink-C2C on a GH200). The check
 # refuses a host_link rate above it; a class the datasheets do not list gets no fraction.
-LINK = datasheet_host_link(run.device.device_class) if gpu else None
+LINK = datasheets.load().get(run.device.device_class, {}).get("host_link_gbps") if gpu else None
 GPU_ONLY = "needs a CUDA GPU (pinned memory, copy engines and streams are GPU features)"
 
 # %% [markdown]
