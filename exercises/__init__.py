@@ -60,8 +60,8 @@ def wrong_variant(name: str, bug: str) -> str:
 def solutions(name: str) -> tuple[Path, list[Path]]:
     """The reference solution and the deliberately wrong ones of an exercise: the wrong_*.py files, and the
     one-bug variants of wrong.py written out as files under .cache/exercises/<name>/ (graders load by path)."""
-    from demos.harness import atomic
-    from demos.harness.paths import CACHE_DIR
+    from records import atomic
+    from records.paths import CACHE_DIR
 
     variants = []
     if (folder(name) / "wrong.py").exists():

@@ -6,25 +6,14 @@ Exit code 0 when every check passes, 1 when one fails, 2 for a usage error (one 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 from exercises import EXERCISES, folder, grader
+from records.errors import OneLineParser, fail
 from exercises._grading import Grader, describe, load_solution, shown
-
-
-def fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        fail(f"python -m exercises: {message} (see --help)")
 
 
 def listing() -> str:
@@ -36,19 +25,8 @@ def listing() -> str:
     return "\n".join(lines)
 
 
-def resolve_device(asked: str) -> str:
-    if asked == "auto":
-        asked = "cpu"
-        try:
-            import torch
-            asked = "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            pass
-    return asked
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m exercises", description="Grade a coding exercise locally.")
+    p = OneLineParser(prog="python -m exercises", description="Grade a coding exercise locally.")
     p.add_argument("name", nargs="?", help="the exercise (omit to list them)")
     p.add_argument("--solution", type=Path, help="the file to grade (default: exercises/NAME/attempt.py)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
@@ -65,12 +43,11 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"no file {shown(path)}")
         fail(f"no attempt yet at {shown(path)}: cp {shown(folder(args.name) / 'starter.py')} {shown(path)}, "
              "implement it, and run this again (or grade another file with --solution PATH)")
-    device = resolve_device(args.device)
+    from demos.harness.device import resolve  # the harness's resolver: auto is cuda when a GPU is visible
+
+    device = resolve(args.device).kind
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported
-    import torch
-    if device == "cuda" and not torch.cuda.is_available():
-        fail("--device cuda, but this PyTorch sees no GPU (use --device cpu)")
     mod = grader(args.name)
     print(f"Grading {args.name} ({mod.TITLE}): {shown(path)} on {device}", flush=True)
     g = Grader(device=device)

@@ -2,7 +2,7 @@
 
 It fails (exit 1) on
 - a demo without a CPU record, or whose CPU record is stale (the demo's code changed since);
-- a record whose measured rate exceeds its device's datasheet peak (scripts/datasheets.toml);
+- a record whose measured rate exceeds its device's datasheet peak (records/datasheets.toml);
 - a page marker naming an unknown demo or metric, or a claim that a record contradicts;
 - a topic page (docs/topics/*.md) missing front matter or a required section;
 - a sizing problem whose stated answer is not its computation (scripts/sizing_problems.toml);
@@ -19,13 +19,12 @@ from pathlib import Path
 
 import yaml
 
-from demos.harness import record
-from demos.harness.errors import OneLineParser
-from demos.harness.paths import REPO_ROOT, RESULTS_DIR
-from scripts import catalog
+from records import catalog, datasheets, devices, plausibility, record
+from records.errors import OneLineParser
+from records.paths import REPO_ROOT, RESULTS_DIR
 from scripts.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
 from scripts.markers import MARKER, MarkerError, find, transform_outside_code
-from scripts.render import fmt_number, fmt_pair
+from records.numbers import fmt_pair
 from scripts.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
                                 spoken_words, split_sections)
 
@@ -56,16 +55,14 @@ def rel(path: Path) -> str:
 
 
 # -- records --------------------------------------------------------------------------------------
-DEVICE_CLASS = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")  # as in demos/harness/record.schema.json
-
 
 def check_records(report: Report, demos: dict[str, catalog.Demo], results_dir: Path) -> dict[str, dict]:
-    """Load every record; returns {demo: {device_class: Record}} for the well-formed, publishable ones."""
+    """Load every record; returns {demo: {device_class: Record}} for the well-formed ones that are where they
+    say they belong (records/plausibility.py's identity rules)."""
     loaded: dict[str, dict] = {}
-    sheets = catalog.datasheets()
     for path in catalog.record_files(results_dir):
         demo, device_class = path.parent.name, path.stem
-        if not DEVICE_CLASS.match(device_class):
+        if not devices.is_class(device_class):
             report.error(f"{rel(path)}: the file name is not a device class (lower-case letters, digits and '-')")
             report.malformed = True
             continue
@@ -75,21 +72,11 @@ def check_records(report: Report, demos: dict[str, catalog.Demo], results_dir: P
             report.error(str(e).replace(str(path), rel(path)))
             report.malformed = True
             continue
-        if rec.demo != demo or rec.device_class != device_class:
-            report.error(f"{rel(path)}: demo/device_class say {rec.demo}/{rec.device_class}, "
-                         f"but the file sits at {demo}/{device_class}.json")
-            continue
-        if demo not in demos:
-            report.error(f"{rel(path)}: no demo named {demo!r} exists under demos/ (remove the record or the typo)")
-            continue
-        if device_class not in sheets:
-            report.error(f"{rel(path)}: device class {device_class!r} is not declared in scripts/datasheets.toml; add "
-                         "it there with its published peaks and their source")
-            continue
-        if rec.is_fixture:
-            report.error(f"{rel(path)}: a test fixture (\"fixture\": true) cannot be published under docs/results")
-            continue
-        loaded.setdefault(demo, {})[device_class] = rec
+        problems = plausibility.identity_problems(rec, rel(path), demo, device_class, demos)
+        for problem in problems:
+            report.error(problem)
+        if not problems:
+            loaded.setdefault(demo, {})[device_class] = rec
     return loaded
 
 
@@ -101,70 +88,18 @@ def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dic
         for device_class, rec in recs.items():
             if catalog.freshness(demo, rec) == "fresh":
                 continue
-            message = (f"docs/results/{name}/{device_class}.json is stale: {rel(demo.path)} or a module it imports "
-                       f"changed since it was measured ({rec.provenance.utc})")
+            message = (f"docs/results/{name}/{device_class}.json is stale: {catalog.why_stale(demo, rec)} since it "
+                       f"was measured ({rec.provenance.utc})")
             if device_class == "cpu":
                 report.error(message + f"; run `make regen DEMO={name}`")
             else:
                 report.warn(message + "; the page shows it as such until it is re-measured on that GPU")
 
 
-# A ceiling is the better of two samples of a shared machine's best case, so a kernel's own sample can
-# beat it by noise; beyond this margin the ceiling is the wrong yardstick (a cache-resident kernel
-# against a memory ceiling, one thread against many) and the fraction means nothing.
-FRACTION_MARGIN = 1.25
-# What bounds a byte rate of each kind in scripts/datasheets.toml (memory bandwidth when not named).
-BYTE_PEAK_NAMES = {"host_link": "host link rate (one way)"}
-
-
-def vet_record(rec: record.Record, where: str) -> list[str]:
-    """Why a well-formed record cannot be published: a rate above its datasheet peak or its own ceiling, a
-    rate whose peak is unknown, a failed correctness check, no commit. One line each, naming the field."""
-    problems = []
-    sheet = catalog.datasheets().get(rec.device_class)
-    label = sheet["label"] if sheet else rec.device_class
-    for section, items in (("metrics", rec.metrics), ("ceilings", rec.ceilings)):
-        for name, m in items.items():
-            rate = m.rate
-            if rate is None:
-                continue
-            kind, value = rate
-            field = f"{section}.{name}"
-            if kind == "flops" and m.dtype is None:
-                ceiling = rec.ceilings.get(m.ceiling) if m.ceiling else None
-                m = record.Metric(**{**m.__dict__, "dtype": ceiling.dtype if ceiling else None})
-            peak = catalog.datasheet_peak(rec.device_class, m)
-            if peak is None and not (kind == "bytes" and (m.cache_resident or m.kind == "cache")):
-                what = f"{m.dtype} FLOP rate" if kind == "flops" else BYTE_PEAK_NAMES.get(m.kind, "memory bandwidth")
-                problems.append(f"{where}: {field}: the {label} datasheet gives no peak for its {what} "
-                                f"(declare the metric's dtype, or add the peak to scripts/datasheets.toml)")
-            elif peak is not None and value > peak:
-                problems.append(f"{where}: {field} = {fmt_number(value)} {'GB/s' if kind == 'bytes' else 'TFLOP/s'} "
-                                f"exceeds the {label} datasheet "
-                                f"{BYTE_PEAK_NAMES.get(m.kind, 'memory bandwidth') if kind == 'bytes' else m.dtype + ' peak'}"
-                                f" of {fmt_number(peak)}: a unit slip, a cache-resident measurement or a timing without "
-                                "synchronisation")
-            if m.fraction_of_ceiling is not None and m.fraction_of_ceiling > FRACTION_MARGIN and not m.cache_resident:
-                problems.append(f"{where}: {field} is {fmt_number(m.fraction_of_ceiling)}x its same-run ceiling "
-                                f"{m.ceiling}: the ceiling is the wrong yardstick (cache-resident? other thread count?); "
-                                "fix the ceiling, or mark the metric cache_resident")
-    for c in rec.checks:
-        if not c.passed:
-            problems.append(f"{where}: correctness check {c.name!r} failed; a record with a failed check is not "
-                            "published")
-    if not rec.provenance.commit:
-        problems.append(f"{where}: provenance.commit is null; measure from a git checkout, or pass the commit "
-                        "(MM_SOURCE_COMMIT) where the tree has no .git")
-    if not rec.checks:
-        problems.append(f"{where}: no correctness check; a demo checks each variant against a reference before it "
-                        "times it")
-    return problems
-
-
 def check_plausibility(report: Report, records: dict[str, dict]) -> None:
     for name, recs in records.items():
         for device_class, rec in recs.items():
-            for problem in vet_record(rec, f"docs/results/{name}/{device_class}.json"):
+            for problem in plausibility.vet(rec, f"docs/results/{name}/{device_class}.json"):
                 report.error(problem)
 
 
@@ -262,7 +197,7 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
                 continue
             if marker.device is not None and not known_device(marker.device):
                 report.error(f"{marker.source}: unknown device {marker.device!r}; use gpu or a class declared in "
-                             f"scripts/datasheets.toml ({', '.join(catalog.datasheets())})")
+                             f"records/datasheets.toml ({', '.join(datasheets.sheets())})")
                 continue
             recs = records.get(marker.demo, {})
             if marker.kind == "artifact":

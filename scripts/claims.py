@@ -9,8 +9,8 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from demos.harness.record import Record
-from scripts import catalog
+from records.record import Record
+from records import datasheets, devices
 from scripts.markers import Marker, MetricRef
 
 COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
@@ -33,14 +33,14 @@ def metric_value(rec: Record, ref: MetricRef) -> tuple[float, str]:
 
 
 def known_device(device: str) -> bool:
-    """A marker's @DEVICE: 'gpu' or a device class declared in scripts/datasheets.toml."""
-    return device == "gpu" or device in catalog.datasheets()
+    """A marker's @DEVICE: 'gpu' or a device class declared in records/datasheets.toml."""
+    return device == "gpu" or device in datasheets.sheets()
 
 
 def target_devices(device: str, records: dict[str, Record]) -> list[str]:
     """The device classes a claim is judged on: @gpu means every GPU with a record (or 'gpu' if none)."""
     if device == "gpu":
-        return [c for c in records if catalog.is_gpu_class(c)] or ["gpu"]
+        return [c for c in records if devices.is_gpu_class(c)] or ["gpu"]
     return [device]
 
 

@@ -5,7 +5,7 @@ What a lent GPU machine runs (docs/contributing.md, "GPU records"). It
 1. preflights the machine in under 30 s (GPU name, memory, driver; torch, triton, jax, onnxruntime
    versions and providers; which packages the demos import are missing) and writes DIR/preflight.json;
 2. runs, at full size, every demo whose record for this device class is missing or stale (the
-   freshness rule of scripts.catalog), most valuable first: demos whose pages carry GPU claims and
+   freshness rule of records.catalog), most valuable first: demos whose pages carry GPU claims and
    GPU numbers (`@gpu`, `@h100`, ... markers in docs/topics) lead; each demo in its own process group
    under a hard wall-clock limit (killed with its whole group even when it prints nothing); a failure
    never stops the campaign;
@@ -44,11 +44,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from demos.harness import atomic, record
-from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import CACHE_DIR, DEMOS_DIR, DOCS_DIR, REPO_ROOT, RESULTS_DIR
+from records import atomic, record
+from records.errors import OneLineParser, fail
+from records.paths import CACHE_DIR, DEMOS_DIR, DOCS_DIR, REPO_ROOT, RESULTS_DIR
 from demos.harness.provenance import COMMIT_ENV
-from scripts import catalog, regen
+from records import catalog, devices, digest as digests
+from scripts import regen
 
 STAGING = CACHE_DIR / "gpu-campaign"
 PREFLIGHT_LIMIT_S = 30.0
@@ -401,17 +402,8 @@ def demo_imports(demos_dir: Path = DEMOS_DIR) -> dict[str, list[str]]:
     """Top-level packages (not the standard library, not this repository) each demo file imports."""
     found: dict[str, set[str]] = {}
     for path in sorted(demos_dir.glob("**/*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
-            for name in names:
-                top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ("demos", "scripts", "__future__"):
-                    found.setdefault(top, set()).add(path.relative_to(demos_dir.parent).as_posix())
+        for top in digests.third_party_packages(path):
+            found.setdefault(top, set()).add(path.relative_to(demos_dir.parent).as_posix())
     return {k: sorted(v) for k, v in sorted(found.items())}
 
 
@@ -470,20 +462,6 @@ def last_gpu_wall_time(demo: str, device_class: str, results_dirs: list[Path]) -
     return None
 
 
-def _third_party_imports(path: Path) -> set[str]:
-    """Top-level packages a file imports (anywhere in it), not the standard library, not this repository."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
-        found.update(n.split(".")[0] for n in names)
-    return {n for n in found if n not in sys.stdlib_module_names and n not in ("demos", "scripts", "__future__")}
-
-
 def _demo_code_files(demo: str, demos_dir: Path = DEMOS_DIR) -> list[Path]:
     """The demo's file and the local modules it imports (demos/common, its topic's helpers, a child module
     it runs), the harness left out; [] for an unknown demo."""
@@ -491,7 +469,7 @@ def _demo_code_files(demo: str, demos_dir: Path = DEMOS_DIR) -> list[Path]:
     if path is None:
         return []
     try:
-        return [f for f in catalog.demo_sources(path.resolve()) if "harness" not in f.parent.name]
+        return digests.local_sources(path.resolve())
     except ValueError:  # a demo outside this repository (tests' stand-ins): its own file only
         return [path]
 
@@ -500,7 +478,7 @@ def process_start_s(demo: str, demos_dir: Path = DEMOS_DIR) -> tuple[float, list
     """A demo's estimated process start on a GPU: PROCESS_START_S, plus IMPORT_START_S for each of those
     packages that its code (``_demo_code_files``) imports. Returns (seconds, the packages counted)."""
     files = _demo_code_files(demo, demos_dir)
-    packages = sorted(set().union(set(), *(_third_party_imports(f) for f in files)) & set(IMPORT_START_S))
+    packages = sorted(set().union(set(), *(digests.third_party_packages(f) for f in files)) & set(IMPORT_START_S))
     return PROCESS_START_S + sum(IMPORT_START_S[p][0] for p in packages), packages
 
 
@@ -701,8 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cpu":
         device_class = "cpu"
     elif info.get("cuda_available") and info.get("gpu_name"):
-        from demos.harness.device import gpu_class
-        device_class = gpu_class(info["gpu_name"])
+        device_class = devices.gpu_class(info["gpu_name"])
     else:
         campaign = Campaign(out, "none", commit, args.budget_min * 60, _utc(), info)
         campaign.rows = [Row(d, "not started (no GPU)", reason=info.get("error", "no CUDA GPU visible to PyTorch"))

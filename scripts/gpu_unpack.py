@@ -2,7 +2,7 @@
 
 Reads the archive that `scripts.gpu_campaign` hands back, and for each member:
 - accepts only a plain file named docs/results/<demo>/<device class>.json (no links, no other path);
-- validates it as a record (demos.harness.record.load) and checks that its demo and device class are
+- validates it as a record (records.record.load) and checks that its demo and device class are
   the ones its name says, that it is no fixture and no CPU record, and that the demo exists here;
 - copies it, atomically, into docs/results/<demo>/ (or --results-dir).
 Anything else is refused with one line naming the member. It says which copied records are stale
@@ -18,12 +18,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from demos.harness import atomic, record
-from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import RESULTS_DIR, shown
-from scripts import catalog
+from records import atomic, catalog, devices, plausibility, record
+from records.errors import OneLineParser, fail
+from records.paths import RESULTS_DIR, shown
 
-MEMBER = re.compile(r"^docs/results/([A-Za-z0-9_][A-Za-z0-9_.\-]*)/([a-z0-9][a-z0-9-]{0,39})\.json$")
+MEMBER = re.compile(r"^docs/results/([A-Za-z0-9_][A-Za-z0-9_.\-]*)/([^/]+)\.json$")  # the class: devices.is_class
 MAX_RECORD_BYTES = 8 * 2**20
 
 
@@ -39,7 +38,7 @@ def unpack(archive: Path, results_dir: Path = RESULTS_DIR, dry_run: bool = False
         for member in tar.getmembers():
             name = member.name
             match = MEMBER.match(name)
-            if not match or not member.isfile():
+            if not match or not member.isfile() or not devices.is_class(match.group(2)):
                 refused.append(f"{name}: not a record file (docs/results/<demo>/<class>.json, a plain file)")
                 continue
             if member.size > MAX_RECORD_BYTES:
@@ -54,15 +53,11 @@ def unpack(archive: Path, results_dir: Path = RESULTS_DIR, dry_run: bool = False
             except record.RecordError as e:
                 refused.append(f"{name}: {str(e).replace(str(staged), 'record')}")
                 continue
-            problem = (f"its demo is {rec.get('demo')!r}" if rec.get("demo") != demo else
-                       f"its device class is {rec.get('device_class')!r}" if rec.get("device_class") != device_class else
-                       "it is a test fixture" if rec.get("fixture") else
-                       "a CPU record (CPU records come from regen here)" if device_class == "cpu" else
-                       f"no demo {demo!r} in this repository" if demo not in demos else
-                       "a failed correctness check" if any(not c.get("passed") and not c.get("expected_failure")
-                                                           for c in rec.get("checks", [])) else None)
-            if problem:
-                refused.append(f"{name}: refused: {problem}")
+            problems = (["a CPU record (CPU records come from regen here)"] if device_class == "cpu" else
+                        plausibility.problems(rec, "record", demo, device_class, demos))
+            if problems:
+                refused.append(f"{name}: refused: {problems[0]}" + (f" (and {len(problems) - 1} more)"
+                                                                     if len(problems) > 1 else ""))
                 continue
             target = record.record_path(results_dir, demo, device_class)
             state = catalog.freshness(demos[demo], rec)

@@ -13,15 +13,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from demos.harness import record
+from records import record
 from demos.harness.cli import DEVICES
-from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import DOCS_DIR
-from scripts import catalog
+from records.errors import OneLineParser, fail
+from records.paths import DOCS_DIR
+from records import catalog
 from scripts.claims import MARGIN_RULE, judge, margin, timing_based
 from scripts.markers import find
 from scripts.regen import resolve_device_class, run_demo
-from scripts.render import fmt_number
+from records.numbers import fmt_number
 
 
 def claims_about(demo: str, docs_dir: Path = DOCS_DIR):

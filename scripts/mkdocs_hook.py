@@ -22,10 +22,12 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.plugins import event_priority  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
-from demos.harness.record import RecordError  # noqa: E402
+from records.record import RecordError  # noqa: E402
 import markdown as python_markdown  # noqa: E402
 
-from scripts import catalog, render, site_pages  # noqa: E402
+from records import catalog
+from records.paths import REPO_ROOT
+from scripts import render, site_pages  # noqa: E402
 from scripts.markers import MarkerError  # noqa: E402
 
 TOPIC_SEARCH_BOOST = 4
@@ -52,7 +54,7 @@ def on_files(files, config):
     try:
         for demo in catalog.discover().values():
             src_uri = render.demo_src_uri(demo)
-            files.append(File(src_uri, src_dir=str(catalog.REPO_ROOT), dest_dir=config["site_dir"],
+            files.append(File(src_uri, src_dir=str(REPO_ROOT), dest_dir=config["site_dir"],
                               use_directory_urls=config["use_directory_urls"]))
             # a notebook that runs in a fresh Jupyter: kernelspec, a setup cell, a last cell keeping the record
             notebook = render.downloadable_notebook(demo, jupytext.writes(jupytext.read(demo.path), fmt="ipynb"))

@@ -11,8 +11,8 @@ import os
 import re
 import threading
 
-from demos.harness import atomic
-from demos.harness.paths import CACHE_DIR as ROOT_CACHE
+from records import atomic
+from records.paths import CACHE_DIR as ROOT_CACHE
 
 os.environ.setdefault("MPLCONFIGDIR", str(ROOT_CACHE / "matplotlib"))
 CACHE_DIR = ROOT_CACHE / "plots"

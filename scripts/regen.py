@@ -37,9 +37,9 @@ from rich.table import Table
 
 
 from demos.harness.cli import DEVICES, SIZE_PRESETS
-from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import CACHE_DIR, DEMOS_DIR, REPO_ROOT, RESULTS_DIR, shown
-from scripts import catalog
+from records.errors import OneLineParser, fail
+from records.paths import CACHE_DIR, DEMOS_DIR, REPO_ROOT, RESULTS_DIR, shown
+from records import catalog
 
 LOG_DIR = CACHE_DIR / "regen"
 LOCK_DIR = LOG_DIR / "locks"
@@ -61,18 +61,13 @@ class Outcome:
 
 
 def resolve_device_class(device: str) -> str:
-    """The device class a run on --device will record: needed to find stale records."""
+    """The device class a run on --device will record (the harness's own resolver; it also refuses
+    --device cuda without a GPU, in one line). --device cpu needs no torch."""
     if device == "cpu":
         return "cpu"
-    import torch
+    from demos.harness.device import resolve
 
-    from demos.harness.device import gpu_class
-
-    if not torch.cuda.is_available():
-        if device == "cuda":
-            fail("--device cuda asked for, but no CUDA GPU is visible to PyTorch (torch.cuda.is_available() is False)")
-        return "cpu"
-    return gpu_class(torch.cuda.get_device_name(0))
+    return resolve(device).device_class
 
 
 def is_stale(demo: catalog.Demo, device_class: str, results_dir: Path) -> bool:
@@ -311,9 +306,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         fail(f"unknown demo {unknown[0]!r}: known demos are {', '.join(demos)}")
     device_class = resolve_device_class(args.device)  # also refuses --device cuda without a GPU
-    chosen = [demos[d] for d in args.demos] if args.demos else list(demos.values())
+    try:  # readers after what they read, the record gate last: a reader sees this generation's records
+        chosen = catalog.readers_last([demos[d] for d in args.demos] if args.demos else list(demos.values()))
+    except ValueError as e:
+        fail(str(e))
+    readers: set[str] = set()  # with --stale: fresh now, stale once what they read is regenerated
     if args.stale:
-        chosen = [d for d in chosen if is_stale(d, device_class, args.results_dir)]
+        stale = {d.name for d in chosen if is_stale(d, device_class, args.results_dir)}
+        readers = catalog.readers_of(chosen, stale)
+        chosen = [d for d in chosen if d.name in stale or d.name in readers]
 
     console = Console(highlight=False)
     if not console.is_terminal:  # CI logs: full lines, no wrapping at 80 columns
@@ -321,11 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         console.print(f"regen: every record for {device_class} is fresh; nothing to do")
         return 0
-    console.print(f"regen: {len(chosen)} demo(s) on {args.device} ({device_class}): {', '.join(d.name for d in chosen)}")
+    console.print(f"regen: {len(chosen)} demo(s) on {args.device} ({device_class}): {', '.join(d.name for d in chosen)}"
+                  + (f" (of which {', '.join(sorted(readers))} only if what they read changes)" if readers else ""))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     outcomes = []
     with signals_raise():
         for i, demo in enumerate(chosen, 1):
+            if demo.name in readers and not is_stale(demo, device_class, args.results_dir):
+                console.print(f"[{i}/{len(chosen)}] {demo.name}: fresh (what it reads did not change)")
+                continue
             console.print(f"[{i}/{len(chosen)}] {demo.name} ({demo.module})")
             outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env,
                                device_class=device_class)

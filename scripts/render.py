@@ -11,9 +11,12 @@ import html
 import posixpath
 import re
 
-from demos.harness import digest as digests
-from demos.harness.record import Record
-from scripts import catalog, sizing
+from records import digest as digests
+from records.record import Record
+from records import catalog, datasheets, devices
+from records.numbers import fmt_number, fmt_pair
+from records.paths import REPO_ROOT
+from scripts import sizing
 from scripts.claims import MissingMetric, judge, known_device, metric_value
 from scripts.markers import Marker, substitute
 
@@ -33,27 +36,6 @@ def esc(value) -> str:
 def attr(value) -> str:
     """Text from a record for an HTML attribute value (raw HTML: Markdown does not touch it)."""
     return html.escape(" ".join(str(value).split()), quote=True)
-
-
-def fmt_number(v: float, digits: int = 3) -> str:
-    """A measured value for prose: ``digits`` significant digits, thousands separated."""
-    if isinstance(v, int):
-        return f"{v:,}"
-    a = abs(v)
-    if a >= 10 ** digits:
-        return f"{v:,.0f}"
-    if a >= 0.01 or a == 0:
-        return f"{v:#.{digits}g}".rstrip(".")
-    return f"{v:.{digits - 1}e}"
-
-
-def fmt_pair(a: float, b: float) -> tuple[str, str]:
-    """Two values side by side, with enough digits that different values never print the same."""
-    for digits in range(3, 8):
-        fa, fb = fmt_number(a, digits), fmt_number(b, digits)
-        if fa != fb or a == b:
-            return fa, fb
-    return fa, fb
 
 
 def fmt_percent(fraction: float) -> str:
@@ -91,8 +73,12 @@ def badge(state: str) -> str:
     return f'<span class="mm-badge {css}" title="{title}">{text}</span>'
 
 
-def record_state(rec: Record, current_digest: str | None) -> str:
-    return digests.freshness(rec.digest, current_digest)
+def record_state(rec: Record, current_digest: str | None = None) -> str:
+    """fresh | stale | missing: the one freshness rule, against the demo on disk (or a given digest: tests)."""
+    if current_digest is not None:
+        return digests.freshness(rec.digest, current_digest)
+    demo = catalog.discover().get(rec.demo)
+    return catalog.freshness(demo, rec) if demo is not None else digests.STALE
 
 
 def provenance_line(rec: Record) -> str:
@@ -115,8 +101,8 @@ def ceilings_line(rec: Record) -> str:
     items = []
     for name, c in rec.ceilings.items():
         text = f"{esc(name.replace('_', ' '))} {fmt_value(c.value, c.unit)}"
-        peak = catalog.datasheet_peak(rec.device_class, c)
-        if peak and catalog.is_gpu_class(rec.device_class):
+        peak = datasheets.peak(rec.device_class, c)
+        if peak and devices.is_gpu_class(rec.device_class):
             text += f" ({fmt_percent(c.value / peak)} of the {fmt_number(peak)} datasheet peak)"
         items.append(text)
     return "Ceilings measured in the same run: " + " · ".join(items)
@@ -241,7 +227,7 @@ def results_block(demo: str, records: dict[str, Record], current_digest: str | N
     if not records:
         return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
     tabs = [(tab_label(c), device_tab(rec, record_state(rec, current_digest), page_dir)) for c, rec in records.items()]
-    if not any(catalog.is_gpu_class(c) for c in records):
+    if not any(devices.is_gpu_class(c) for c in records):
         tabs.append(("GPU", f"{badge('missing-gpu')}\n\nNo GPU record yet. On a machine with an NVIDIA GPU, run "
                             f"`python -m scripts.regen {demo} --device cuda` and commit "
                             f"`docs/results/{demo}/<gpu>.json` (see the contributing guide)."))
@@ -255,7 +241,7 @@ def code_link(demo: catalog.Demo, page_dir: str) -> str:
 
 # -- demo notebook pages ------------------------------------------------------------------------------
 def demo_src_uri(demo: catalog.Demo) -> str:
-    return demo.path.relative_to(catalog.REPO_ROOT).as_posix()
+    return demo.path.relative_to(REPO_ROOT).as_posix()
 
 
 def demo_of_page(src_uri: str) -> catalog.Demo | None:
@@ -362,10 +348,10 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
             raise ValueError(f"{marker.source}: no demo named {marker.demo!r} (known: {', '.join(sorted(demos))})")
         if marker.device is not None and not known_device(marker.device):
             raise ValueError(f"{marker.source}: unknown device {marker.device!r}; use gpu or a class of "
-                             f"scripts/datasheets.toml ({', '.join(catalog.datasheets())})")
+                             f"records/datasheets.toml ({', '.join(datasheets.sheets())})")
         records = records_of(marker.demo)
         if marker.kind == "results":
-            digest = digests[marker.demo] if digests is not None else demos[marker.demo].digest()
+            digest = digests[marker.demo] if digests is not None else None  # None: the demo on disk decides
             link = code_link(demos[marker.demo], page_dir) if marker.demo in demos else ""
             return "\n\n" + link + "\n\n" + results_block(marker.demo, records, digest, page_dir) + "\n\n"
         if marker.kind == "metric":
@@ -492,17 +478,6 @@ def _plain_cell(v) -> str:
     return " ".join(str(v).split())
 
 
-_DIGESTS: dict[tuple, str] = {}
-
-
-def _digest_of(demo: catalog.Demo) -> str:
-    """A demo's source digest, computed once per build (a changed file gives a new key under mkdocs serve)."""
-    key = (demo.name, demo.path.stat().st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = demo.digest()
-    return _DIGESTS[key]
-
-
 def demo_page_outputs(demo: catalog.Demo, page_src_uri: str, records: dict[str, Record] | None = None) -> str:
     """HTML under a notebook page's header: what the committed run printed, from its records (tables,
     plots, checks, what was not run), one folded block per device, the first one open. Nothing is
@@ -514,7 +489,7 @@ def demo_page_outputs(demo: catalog.Demo, page_src_uri: str, records: dict[str, 
     blocks = []
     for i, (device_class, rec) in enumerate(records.items()):
         label = html.escape(catalog.device_label(device_class))
-        parts = [f"<p>{badge(record_state(rec, _digest_of(demo)))} Measured on <strong>{html.escape(rec.provenance.device_name)}"
+        parts = [f"<p>{badge(record_state(rec))} Measured on <strong>{html.escape(rec.provenance.device_name)}"
                  f"</strong>, {html.escape(rec.provenance.utc[:10])}, size preset {html.escape(rec.size)}, "
                  f"run took {rec.wall_time_s:.0f} s.</p>"]
         parts += [table_html(t) for t in rec.tables]

@@ -18,9 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import REPO_ROOT, RESULTS_DIR
-from scripts import catalog
+from records.errors import OneLineParser, fail
+from records.paths import REPO_ROOT, RESULTS_DIR
+from records import catalog
 
 PAGE = '''---
 title: {title_yaml}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from demos.harness.paths import REPO_ROOT
+from records.paths import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
 FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
@@ -213,7 +213,7 @@ BALANCE_DEVICES = ("h100", "h200")
 def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
     """The first {{ metric }} marker of a Markdown fragment whose device has a record: (the marker, the
     metric's label from that record), or None when the fragment quotes no measured number."""
-    from scripts import catalog
+    from records import catalog, datasheets, devices
     from scripts.markers import find
 
     for m in find(answer):
@@ -230,10 +230,10 @@ def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
 
 
 def machine_balance() -> str:
-    """FLOPs per byte at the ridge of the roofline, computed from scripts/datasheets.toml."""
-    from scripts import catalog
+    """FLOPs per byte at the ridge of the roofline, computed from records/datasheets.toml."""
+    from records import catalog, datasheets, devices
 
-    sheets = catalog.datasheets()
+    sheets = datasheets.sheets()
     rows = []
     for device in BALANCE_DEVICES:
         sheet = sheets.get(device)
@@ -357,7 +357,7 @@ def glossary_table(docs: Path = DOCS) -> str:
 def measurement_status() -> str:
     """How many demos have records on each device class, and how many of those are fresh: the home page's
     one-line answer to 'is this measured on a GPU yet?'."""
-    from scripts import catalog
+    from records import catalog, datasheets, devices
 
     demos = catalog.discover()
     per_class: dict[str, list[str]] = {}
@@ -365,11 +365,11 @@ def measurement_status() -> str:
         for device_class, rec in catalog.load_records(name).items():
             per_class.setdefault(device_class, []).append(catalog.freshness(demo, rec))
     rows = ["| device | demos with a record | fresh | demo changed since |", "|---|---|---|---|"]
-    for device_class in sorted(per_class, key=lambda c: (not catalog.is_gpu_class(c), c)):
+    for device_class in sorted(per_class, key=lambda c: (not devices.is_gpu_class(c), c)):
         states = per_class[device_class]
         rows.append(f"| {html.escape(catalog.device_label(device_class))} | {len(states)} of {len(demos)} | "
                     f"{states.count('fresh')} | {states.count('stale')} |")
-    gpu = [c for c in per_class if catalog.is_gpu_class(c)]
+    gpu = [c for c in per_class if devices.is_gpu_class(c)]
     lead = ("No demo has a GPU record yet: every GPU claim on the site reads \"not yet measured\", and the CPU "
             "tab is shown first." if not gpu else
             f"GPU records exist for {len(gpu)} device class(es); their tabs come first on every page.")

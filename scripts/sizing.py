@@ -1,7 +1,7 @@
 """Sizing problems (back-of-the-envelope questions) and the formulas behind the calculators.
 
 One source of truth: the formulas call ``demos/common/cluster_model.py`` (activations, collectives,
-pipeline bubble; pure Python) and the chip figures come from ``scripts/datasheets.toml``. The two
+pipeline bubble; pure Python) and the chip figures come from ``records/datasheets.toml``. The two
 formulas that live in torch-importing demo modules are restated here so the check and the site build do
 not import torch (seconds on every run), and tests/test_sizing.py requires them to equal the demos' own:
 ``demos/t6_inference/_model.py``'s ``Config.kv_cache_bytes`` and ``demos/t8_training/_gpt.py``'s
@@ -116,9 +116,9 @@ def all_reduce(n_bytes: float, gpus: int, link: str) -> dict:
 
 
 def datasheet(device: str) -> dict:
-    from scripts import catalog
+    from records import datasheets
 
-    return catalog.datasheets()[device]
+    return datasheets.sheets()[device]
 
 
 def ridge_point(device: str, dtype: str) -> dict:
@@ -186,20 +186,20 @@ DATASHEET_REF = re.compile(r"datasheet:([a-z0-9\-]+)\.([a-z_]+)(?:\.([a-z0-9_]+)
 
 def resolve(value, where: str):
     """An input written "datasheet:h100.memory_gbps" or "datasheet:h100.tflops.bfloat16" is read from
-    scripts/datasheets.toml, so a chip figure has one source."""
+    records/datasheets.toml, so a chip figure has one source."""
     if not isinstance(value, str) or not value.startswith("datasheet:"):
         return value
     m = DATASHEET_REF.fullmatch(value)
     if not m:
         raise ValueError(f"{where}: write datasheet:DEVICE.FIELD[.DTYPE], not {value!r}")
-    from scripts import catalog
+    from records import datasheets
 
-    sheet = catalog.datasheets().get(m.group(1))
+    sheet = datasheets.sheets().get(m.group(1))
     try:
         out = sheet[m.group(2)]
         return float(out[m.group(3)] if m.group(3) else out)
     except (KeyError, TypeError):
-        raise ValueError(f"{where}: scripts/datasheets.toml has no {value.removeprefix('datasheet:')}") from None
+        raise ValueError(f"{where}: records/datasheets.toml has no {value.removeprefix('datasheet:')}") from None
 
 
 def load_problems(path: Path = PROBLEMS_FILE) -> dict[str, Problem]:

@@ -17,7 +17,7 @@ from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 if TYPE_CHECKING:
-    from demos.harness.record import Record
+    from records.record import Record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def make_record(**overrides) -> "Record":
     """The one record factory for tests: a small, valid record (as a demo would write it), as the typed
     Record the scripts read (a dict, so a test can still break any field). ``device_class`` also sets
     the provenance's class, so the record stays valid."""
-    from demos.harness.record import Record
+    from records.record import Record
 
     rec = {
         "schema": 1,
@@ -116,13 +116,14 @@ CLAIM
 def site(tmp_path, monkeypatch):
     """A results folder with a fresh CPU record of the real kernel-fusion demo (the only demo the
     check sees here), and a docs folder with one topic."""
-    from scripts import catalog, check
+    from records import catalog
+    from scripts import check
 
     results, docs = tmp_path / "results", tmp_path / "docs"
     (docs / "topics").mkdir(parents=True)
     fusion = catalog.discover()["kernel_fusion"]
     monkeypatch.setattr(check.catalog, "discover", lambda: {"kernel_fusion": fusion})
-    digest = fusion.digest()
+    digest = fusion.digest("cpu")
     write_record(results, make_record(source_digest=digest))
 
     def run(claim: str = "", page: str | None = None) -> tuple[int, str]:
@@ -163,7 +164,7 @@ def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", ti
     no rank it forked outlives the test, whatever happened."""
     import signal
 
-    from demos.harness import record
+    from records import record
 
     command = (launcher or [sys.executable, "-m"]) + [module, "--device", "cpu", "--size", size,
                                                       "--results-dir", str(results_dir), *extra]

@@ -12,7 +12,8 @@ import re
 import pytest
 
 from conftest import REPO, set_field
-from scripts import catalog, sizing
+from records import catalog
+from scripts import sizing
 
 pytestmark = pytest.mark.slow
 

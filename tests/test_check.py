@@ -7,7 +7,8 @@ import time
 import pytest
 
 from conftest import TOPIC, make_record, write_record
-from scripts import catalog, check
+from records import catalog
+from scripts import check
 
 def test_clean_site_passes(site, capsys):
     code, _ = site("{{ claim kernel_fusion @cpu chain.compiled.speedup_largest >= 1.5 }}")

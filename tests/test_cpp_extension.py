@@ -65,7 +65,7 @@ def test_the_two_builds_do_not_share_a_launcher():
             "a = torch.randn(5, 7); out = torch.empty(7, 5); "
             "assert cpu.t11_scale_transpose(0, 8, a.data_ptr(), out.data_ptr(), 5, 7, 1.0) == 0; "
             "cuda = _cpp.load(sys.argv[2]); print(cpu.t11_plans_built(), cuda.t11_plans_built())")
-    from demos.harness.paths import REPO_ROOT
+    from records.paths import REPO_ROOT
 
     proc = subprocess.run([sys.executable, "-c", code, str(cpu_path), str(cuda_path)], cwd=REPO_ROOT,
                           capture_output=True, text=True, check=True)

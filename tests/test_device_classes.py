@@ -7,8 +7,8 @@ import tomllib
 
 import pytest
 
-from demos.harness.device import GPU_CLASSES, gpu_class
-from demos.harness.paths import DATASHEETS
+from records.devices import GPU_CLASSES, gpu_class
+from records.paths import DATASHEETS
 
 NAMES = {  # what the CUDA driver reports -> the class a record gets
     "NVIDIA H100 80GB HBM3": "h100",

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, make_record
-from scripts import catalog, gpu_campaign, gpu_unpack
+from records import catalog
+from scripts import gpu_campaign, gpu_unpack
 
 # A stand-in demo writes a small JSON "record" with the hash of its own file (what the freshness rule
 # compares), after doing what its name says. STEP_LOG collects the order in which demos ran.
@@ -143,7 +144,7 @@ def test_a_second_call_runs_only_what_is_missing_or_stale(tmp_path, monkeypatch)
 def test_campaign_freshness_reads_the_real_rule(tmp_path):
     demo = catalog.discover()["kernel_fusion"]
     assert gpu_campaign.freshness(demo, "h100", [tmp_path / "a", tmp_path / "b"]) == "missing"
-    rec = make_record(device_class="h100", source_digest=demo.digest())
+    rec = make_record(device_class="h100", source_digest=demo.digest("h100"))
     rec["provenance"]["device_class"] = "h100"
     path = tmp_path / "b" / "kernel_fusion" / "h100.json"
     path.parent.mkdir(parents=True)
@@ -252,7 +253,7 @@ def test_unpack_copies_valid_records_and_refuses_the_rest(tmp_path):
     assert [Path(c.split(" ")[0]).name for c in copied] == ["h100.json"]
     assert json.loads((out / "kernel_fusion" / "h100.json").read_text())["device_class"] == "h100"
     assert len(refused) == 4 and not (out / "autotune").exists() and not (out / "launch_overhead").exists()
-    assert any("device class" in r for r in refused) and any("fixture" in r for r in refused)
+    assert any("but the file sits at kernel_fusion/h200.json" in r for r in refused) and any("fixture" in r for r in refused)
     assert any(r.startswith("../../etc/passwd") for r in refused)
     assert all("\n" not in r for r in refused)
 
@@ -270,7 +271,7 @@ def test_unpack_cli_exit_codes(tmp_path):
 
 
 def test_fixture_records_are_valid_marked_and_never_published():
-    from demos.harness import record
+    from records import record
 
     fixtures = sorted((REPO / "tests" / "fixtures" / "records").glob("*/h100.json"))
     assert {p.parent.name for p in fixtures} >= {"kernel_fusion", "attention_cost"}

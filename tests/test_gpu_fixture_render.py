@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from conftest import REPO, make_record
-from demos.harness import record
+from records import record
 from scripts import render
 
 FIXTURE = REPO / "tests" / "fixtures" / "records" / "kernel_fusion" / "h100.json"

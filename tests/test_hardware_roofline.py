@@ -9,7 +9,7 @@ import tomllib
 import pytest
 from conftest import demo_record
 
-from demos.harness.paths import DATASHEETS
+from records.paths import DATASHEETS
 
 pytestmark = pytest.mark.slow
 

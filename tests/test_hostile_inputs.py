@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from conftest import REPO, make_record, write_record
-from demos.harness import record
+from records import record
 from scripts import render
 
 PAYLOAD = '<img src=x onerror="window.__pwned=1">'
@@ -51,7 +51,7 @@ def test_a_device_class_field_carrying_html_is_refused(site, capsys):
 
 def test_an_undeclared_device_class_is_an_error_not_a_warning(site, capsys):
     code, errors = errors_of(site, capsys, make_record(device_class="h100-nvl-x", source_digest=site.digest))
-    assert code == 1 and any("not declared in scripts/datasheets.toml" in e for e in errors), errors
+    assert code == 1 and any("not declared in records/datasheets.toml" in e for e in errors), errors
 
 
 def test_tab_labels_are_escaped():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from demos.harness import record
+from records import record
 from demos.t6_inference._model import Config, TinyLM, generate_greedy
 
 CFG = Config(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, max_len=64)

@@ -9,7 +9,8 @@ import sys
 from rich.console import Console
 
 from conftest import REPO
-from scripts import catalog, regen
+from records import catalog
+from scripts import regen
 
 OK_DEMO = """
 import argparse, json, pathlib

@@ -9,7 +9,7 @@ import math
 import pytest
 from conftest import REPO, demo_record
 
-from demos.harness import record
+from records import record
 from demos.t10_benchmarking import _gate
 
 FIXTURE = REPO / "tests" / "fixtures" / "t10_gate_h100.json"

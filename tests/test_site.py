@@ -126,7 +126,7 @@ def test_a_downloaded_notebook_runs_from_the_installed_package(built_site, tmp_p
     import nbformat
     from nbclient import NotebookClient
 
-    from demos.harness import record
+    from records import record
 
     site, _ = built_site
     topic, demo = NOTEBOOK_DEMO

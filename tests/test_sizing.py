@@ -8,7 +8,8 @@ import random
 import pytest
 
 from demos.common import cluster_model as cm
-from scripts import catalog, check, render, sizing
+from records import catalog
+from scripts import check, render, sizing
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 from conftest import REPO
-from demos.harness import record
-from demos.harness.paths import RESULTS_DIR
+from records import record
+from records.paths import RESULTS_DIR
 
 PROBE = """
 import json, sys, torch

@@ -7,8 +7,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from demos.harness.errors import OneLineParser, fail
-from demos.harness.paths import RESULTS_DIR
+from records.errors import OneLineParser, fail
+from records.paths import RESULTS_DIR
 
 DEVICES = ("auto", "cpu", "cuda")
 SIZE_PRESETS = ("tiny", "small", "full")  # a demo maps each preset to its own problem sizes

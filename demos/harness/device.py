@@ -8,7 +8,6 @@ cache between repeats (``flush``; the L2 cache on a GPU).
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,42 +15,9 @@ from typing import Callable
 
 import torch
 
-from demos.harness.errors import fail
+from records.devices import gpu_class
+from records.errors import fail
 from demos.harness.provenance import cpu_model
-
-# Device classes are matched on the name the CUDA driver reports; first match wins. The datasheet
-# figures for each named class live in scripts/datasheets.toml. The order matters: the PCIe and NVL
-# cards of a chip come before its SXM part (their names also contain "H100"), and "GH200" (the Hopper
-# GPU of a Grace Hopper superchip, with its own memory) comes before "H200", which it must not match.
-# Names as the driver reports them: "NVIDIA H100 80GB HBM3" (SXM), "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
-# "NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA A100-SXM4-80GB", "NVIDIA L4", "NVIDIA L40S".
-GPU_CLASSES = [
-    ("gh200", r"\bGH200\b"),
-    ("h100-pcie", r"\bH100\b.*\bPCIe\b"),
-    ("h100-nvl", r"\bH100\b.*\bNVL\b"),
-    ("h100", r"\bH100\b"),
-    ("h200-nvl", r"\bH200\b.*\bNVL\b"),
-    ("h200", r"\bH200\b"),
-    ("a100", r"\bA100\b"),
-    ("l40s", r"\bL40S\b"),
-    ("l4", r"\bL4\b"),
-]
-
-
-def gpu_class(name: str) -> str:
-    """Map a CUDA device name to a device class: 'NVIDIA H100 80GB HBM3' -> 'h100'.
-
-    A GPU of no named class gets its own class, a slug of its name ('NVIDIA L40' -> 'nvidia-l40'),
-    never a neighbour's: its records then stand apart, with no datasheet until one is added."""
-    for cls, pattern in GPU_CLASSES:
-        if re.search(pattern, name, flags=re.IGNORECASE):
-            return cls
-    # at most 40 characters, the record schema's bound for a class (with room for a "gpu-" prefix)
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:36].strip("-")
-    if slug in {"cpu", *(cls for cls, _ in GPU_CLASSES)}:  # never a named class by accident
-        slug = f"gpu-{slug}"
-    return slug or "cuda-unknown"
-
 
 @dataclass
 class Device:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from demos.harness.paths import REPO_ROOT
+from records.paths import REPO_ROOT
 
 PACKAGES = ("torch", "triton", "jax", "jaxlib", "onnx", "onnxruntime", "numpy")
 

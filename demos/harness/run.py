@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 
-from demos.harness import ceilings, device as devices, provenance, record, threads
+from records import record
+from demos.harness import ceilings, device as devices, provenance, threads
 from demos.harness.cli import parse_options
-from demos.harness.digest import local_sources, source_digest
-from demos.harness.paths import CACHE_DIR, REPO_ROOT, shown
+from records.digest import source_digest
+from records.paths import CACHE_DIR, REPO_ROOT, shown
 from demos.harness.timing import Settings, Timing, measure
 
 DEFAULT_SIZE = {"cpu": "small", "cuda": "full"}
@@ -239,6 +240,7 @@ class Run:
 
     # -- the record -----------------------------------------------------------------------------
     def to_record(self) -> dict:
+        digest = source_digest(self.demo_file, self.device.device_class)
         return {
             "schema": record.SCHEMA_VERSION,
             "demo": self.demo,
@@ -246,8 +248,9 @@ class Run:
             "title": self.title,
             "device_class": self.device.device_class,
             "size": self.size,
-            "source_digest": source_digest(self.demo_file),
-            "source_files": [p.relative_to(REPO_ROOT).as_posix() for p in local_sources(self.demo_file)],
+            "source_digest": digest.value,
+            "source_files": digest.files,
+            "inputs": digest.inputs,
             "metrics": self.metrics,
             "tables": self.tables,
             "series": self.series_list,
@@ -256,7 +259,7 @@ class Run:
             "artifacts": self.artifacts,
             "ceilings": self.ceilings,
             "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes),
-                         "host_allocator": self.host_allocator, "cpu_threads": self.thread_policy()},
+                         "host_allocator": self.host_allocator, "cpu_threads": self.thread_policy(), "protocol_version": digest.protocol},
             "provenance": provenance.collect(self.device, torch, self.timed_with_threads()),
             "wall_time_s": (wall := time.perf_counter() - self.started),
             "wall_time_parts": self.wall_time_parts(wall),

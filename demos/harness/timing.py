@@ -16,6 +16,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+# The version of how the harness measures: this timing protocol, the ceilings (ceilings.py), the L2 flush
+# and the CPU timer (device.py), the thread policy (threads.py). Every record's digest includes it
+# (records/digest.py reads it from this file), so bumping it stales every record, and nothing else about the
+# harness does: bump it, in the commit that changes how a number is measured, and regenerate. A refactor,
+# a rename or a moved module of the harness is not a change of protocol.
+PROTOCOL_VERSION = 1
+
 
 @dataclass(frozen=True)
 class Settings:

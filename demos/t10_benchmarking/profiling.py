@@ -22,7 +22,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from demos.harness.paths import REPO_ROOT
+from records.paths import REPO_ROOT
 from demos.harness.run import start
 
 run = start(

@@ -20,9 +20,14 @@ import json
 import numpy as np
 import torch
 
-from demos.harness.paths import REPO_ROOT, RESULTS_DIR
 from demos.harness.run import start
 from demos.t10_benchmarking import _gate
+from records.inputs import declare
+
+# The gate reads every other demo's CPU record (so it runs last in a regeneration, and judges that
+# generation) and one GPU-shaped fixture.
+FIXTURE = "tests/fixtures/t10_gate_h100.json"
+INPUTS = declare(records=["*/cpu"], files=["tests/fixtures/t10_gate_h100.json"])
 
 run = start(
     "regression_gate",
@@ -189,10 +194,7 @@ run.series("gate", "Gate ratio over trials (interleaved pairs)", "candidate / ba
 DRIFT_WARN, WARN_DROP, BLOCK_DROP = 1.25, 0.05, 0.10
 policy = dict(drift_warn=DRIFT_WARN, warn_drop=WARN_DROP, block_drop=BLOCK_DROP)
 rows, drifts, verdicts = [], [], {}
-for path in sorted(RESULTS_DIR.glob("*/cpu.json")):
-    if path.parent.name == "regression_gate":
-        continue  # this demo's own previous record
-    rec = json.loads(path.read_text(encoding="utf-8"))
+for rec in INPUTS.records("cpu", exclude="regression_gate").values():  # not this demo's own previous record
     findings = _gate.gate_record(rec, **policy)
     verdicts[rec["demo"]] = _gate.overall(findings)
     drift = _gate.ceiling_drift(rec)
@@ -220,7 +222,7 @@ if drifts:
 # down 15%), an impossible result (a fraction above 1), and a noisy run (ceiling samples 40% apart).
 
 # %%
-fixture = json.loads((REPO_ROOT / "tests" / "fixtures" / "t10_gate_h100.json").read_text(encoding="utf-8"))
+fixture = json.loads(INPUTS.text(FIXTURE))
 assert fixture.get("fixture") is True
 
 

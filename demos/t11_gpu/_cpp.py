@@ -12,8 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from demos.harness.atomic import write_text
-from demos.harness.paths import CACHE_DIR
+from records.atomic import write_text
+from records.paths import CACHE_DIR
 
 BUILD_CACHE = CACHE_DIR / "t11_gpu" / "cpp"
 

@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from demos.harness.atomic import write_text
-from demos.harness.paths import CACHE_DIR
+from records.atomic import write_text
+from records.paths import CACHE_DIR
 
 NVCC_CACHE = CACHE_DIR / "t11_gpu" / "nvcc"
 ARCH = "sm_90"  # the H100's compute capability 9.0

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 import torch
 
-from demos.harness.paths import REPO_ROOT
+from records.paths import REPO_ROOT
 from demos.harness.run import start
 from demos.t11_gpu import _cuda
 from demos.t11_gpu._occupancy_target import POINTS

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import torch
 
-from demos.harness.paths import REPO_ROOT
+from records.paths import REPO_ROOT
 from demos.harness.run import start
 
 run = start(

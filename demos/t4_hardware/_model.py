@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from demos.harness.paths import CACHE_DIR
+from records.paths import CACHE_DIR
 
 CACHE = CACHE_DIR / "t4_hardware"  # exported files and compiled packages (ignored by git)
 

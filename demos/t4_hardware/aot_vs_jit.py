@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from demos.harness import atomic
-from demos.harness.paths import REPO_ROOT
+from records import atomic
+from records.paths import REPO_ROOT
 from demos.harness.run import start
 from demos.t4_hardware._model import CACHE, MLP_SIZES, make_mlp, mlp_key
 

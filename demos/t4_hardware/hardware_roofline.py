@@ -8,7 +8,7 @@
 # numbers, and in their ratio, so the same kernel can be memory-bound on one and compute-bound on another.
 #
 # This demo reads every published figure from the project's one datasheet file
-# (`scripts/datasheets.toml`, each entry with its source), computes each chip's ridge points, draws
+# (`records/datasheets.toml`, each entry with its source), computes each chip's ridge points, draws
 # the rooflines, then builds the roofline of the machine running the demo from its own same-run ceilings
 # and places real kernels from this project's CPU records on it. Each kernel's intensity is computed from
 # its demo's shapes (the FLOPs and the bytes its arithmetic must touch), never guessed.
@@ -16,16 +16,19 @@
 # %%
 import ast
 
-from demos.common import datasheets
-from demos.harness import record
-from demos.harness.paths import RESULTS_DIR
 from demos.harness.run import start
+from records.inputs import declare
+
+# What this demo reads besides its code: every datasheet entry, and four kernels' CPU records (their
+# freshness follows these: a new datasheet figure or a re-measured kernel stales this record).
+INPUTS = declare(datasheets=["*"], records=["shard_gemm/cpu", "attention_cost/cpu", "weight_only_int8/cpu",
+                                            "kernel_fusion/cpu"])
 
 run = start("hardware_roofline", title="Published specs, rooflines and ridge points, with this machine's roofline",
             sizes={"tiny": 24, "small": 48, "full": 48}, cpu_threads=None)
 points = run.sizes  # points per roofline curve
 
-SHEETS = datasheets.load()
+SHEETS = INPUTS.datasheets()
 CHIPS = ["h100", "h200", "a100", "l4", "l40s", "jetson-agx-orin", "snapdragon-x-elite-npu"]
 PRECISIONS = [("float32", "FP32"), ("tfloat32", "TF32"), ("bfloat16", "BF16"), ("float8", "FP8")]
 
@@ -49,10 +52,10 @@ for chip in CHIPS:
                  *[peak(s, p) or "" for p, _ in PRECISIONS], s.get("tops", {}).get("int8", ""),
                  s.get("tops", {}).get("int4", ""), s.get("power_w", "")])
     links.append([chip_cell, s.get("interconnect", "")])
-run.table("specs", "Published figures (dense peaks), read from scripts/datasheets.toml; each chip links its source",
+run.table("specs", "Published figures (dense peaks), read from records/datasheets.toml; each chip links its source",
           ["chip", "memory", "GB", "GB/s", "FP32", "TF32", "BF16", "FP8", "INT8", "INT4", "W"], rows)
 run.check("specs.every_figure_cited", all(SHEETS[c]["source"].count("https://") >= 1 for c in CHIPS),
-          f"{len(CHIPS)} chips, each with a source URL in scripts/datasheets.toml")
+          f"{len(CHIPS)} chips, each with a source URL in records/datasheets.toml")
 
 # %% [markdown]
 # ## Ridge points, computed
@@ -129,11 +132,10 @@ run.series("rooflines", "Rooflines from published figures (dense)", "arithmetic 
 
 # %%
 def load(demo):
-    path = RESULTS_DIR / demo / "cpu.json"
-    if not path.exists():
-        run.not_run(f"kernel {demo}", f"no CPU record at {path.relative_to(RESULTS_DIR.parent.parent)}")
+    rec = INPUTS.record(demo, "cpu")
+    if rec is None:
+        run.not_run(f"kernel {demo}", f"no CPU record at docs/results/{demo}/cpu.json")
         return None
-    rec = record.load(path)
     # The kernel's own run's ceilings: its fraction of the roofline is judged against the machine state it
     # was timed in (a shared machine's copy bandwidth moves between runs).
     own = (rec["ceilings"]["copy_bandwidth"]["value"], rec["ceilings"]["matmul_fp32"]["value"])

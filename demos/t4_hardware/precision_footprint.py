@@ -28,7 +28,7 @@ import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from demos.harness.paths import REPO_ROOT
+from records.paths import REPO_ROOT
 from demos.harness.provenance import cpu_llc_bytes
 from demos.harness.run import start
 from demos.t4_hardware._model import MLP_SIZES, exported_mlp, make_mlp, ort_session

@@ -14,9 +14,11 @@
 
 import torch
 
-from demos.common import datasheets
 from demos.harness.run import start
 from demos.t4_hardware._model import Enhancer
+from records.inputs import declare
+
+INPUTS = declare(datasheets=["h100", "l4", "jetson-agx-orin"])  # the targets' published figures
 
 run = start("video_pipeline", title="Real-time video enhancement: per-frame latency, p99, deadlines and batching",
             sizes={"tiny": ((68, 120), 40, [1, 2, 4]), "small": ((270, 480), 150, [1, 2, 4, 8]),
@@ -186,7 +188,7 @@ run.metric("batch.max_streams_measured", max([b for b, ok in zip(batch_s, fits_m
 # the bound says which targets are hopeless, not which are sufficient.
 
 # %%
-sheets = datasheets.load()
+sheets = {chip: INPUTS.datasheet(chip) for chip in ("h100", "l4", "jetson-agx-orin")}
 t_rows = []
 for chip in ("h100", "l4", "jetson-agx-orin"):
     s = sheets[chip]

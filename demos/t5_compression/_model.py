@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from demos.harness import atomic
-from demos.harness.paths import CACHE_DIR
+from records import atomic
+from records.paths import CACHE_DIR
 
 MODEL_CACHE = CACHE_DIR / "models"
 SPLIT_SEED, N_TEST = 0, 600

@@ -33,7 +33,7 @@ import torch.multiprocessing as mp
 
 from demos.harness import threads
 from demos.harness.device import resolve
-from demos.harness.errors import fail
+from records.errors import fail
 from demos.harness.timing import Settings, Timing, measure
 
 TIMEOUT = datetime.timedelta(seconds=120)

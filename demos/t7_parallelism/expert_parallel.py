@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from demos.harness.errors import fail
+from records.errors import fail
 from demos.harness.run import start
 from demos.t7_parallelism import _dist
 from demos.t7_parallelism._moe import MoEParams, all_to_all_autograd, count_all_to_alls

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from demos.harness.errors import fail
+from records.errors import fail
 from demos.harness.run import start
 from demos.t7_parallelism import _dist
 from demos.t7_parallelism._tp_model import (MLP, check_ranks, dtensor_step, forward_backward, local_input,

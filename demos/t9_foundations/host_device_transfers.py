@@ -20,8 +20,10 @@
 import numpy as np
 import torch
 
-from demos.common import datasheets
 from demos.harness.run import start
+from records.inputs import declare
+
+INPUTS = declare(datasheets=["{device}"])  # this GPU's host-link rating
 
 run = start(
     "host_device_transfers",
@@ -36,10 +38,10 @@ run = start(
 device = run.torch_device
 copy_mib, (n_chunks, chunk_mib), n_rows, n_features, batch = run.sizes
 gpu = run.device.is_gpu
-# The host link's one-way rating for this GPU's class, from scripts/datasheets.toml (PCIe Gen5 x16 on an
+# The host link's one-way rating for this GPU's class, from records/datasheets.toml (PCIe Gen5 x16 on an
 # H100 or H200: 32 GT/s x 16 lanes x 128/130 / 8 = 63 GB/s each way; NVLink-C2C on a GH200). The check
 # refuses a host_link rate above it; a class the datasheets do not list gets no fraction.
-LINK = datasheets.load().get(run.device.device_class, {}).get("host_link_gbps") if gpu else None
+LINK = (INPUTS.datasheet(run.device.device_class) or {}).get("host_link_gbps") if gpu else None
 GPU_ONLY = "needs a CUDA GPU (pinned memory, copy engines and streams are GPU features)"
 
 # %% [markdown]
@@ -75,7 +77,7 @@ if gpu:
                    label=f"pinned H2D at {copy_mib[-1]} MiB over the host link's one-way rating")
     else:
         run.not_run("pinned H2D as a fraction of the link rating",
-                    f"scripts/datasheets.toml gives no host_link_gbps for {run.device.device_class}")
+                    f"records/datasheets.toml gives no host_link_gbps for {run.device.device_class}")
     run.metric("pinned_over_pageable_h2d", rows[-1][2] / rows[-1][1], "x", label=f"pinned over pageable H2D at {copy_mib[-1]} MiB")
 else:
     run.not_run("copy bandwidth, pageable vs pinned (H2D and D2H)", GPU_ONLY)

@@ -23,6 +23,10 @@ import numpy as np
 import torch
 
 from demos.harness.run import start
+from records.inputs import declare
+
+# The two records whose kernels this demo places on its roofline, on the device it runs on.
+INPUTS = declare(records=["kernel_fusion/{device}", "layout_and_padding/{device}"])
 
 run = start(
     "machine_laws",
@@ -155,8 +159,6 @@ def placed_from_records() -> list[tuple]:
     """(source, kernel, intensity, TFLOP/s, threads, fraction of its own run's roof) for metrics whose
     FLOPs and bytes are known. A record is compared with the ceilings measured in its own run (with
     every core): the ceilings of this run belong to this run's machine state, not to that one's."""
-    from scripts.catalog import load_records
-
     out = []
     cpu = not run.device.is_gpu
     for demo, metric, kernel, intensity in (
@@ -165,7 +167,7 @@ def placed_from_records() -> list[tuple]:
         ("layout_and_padding", "matmul.multiple_of_8.tflops", "square matmul", None),
     ):
         try:
-            rec = load_records(demo).get(run.device.device_class)
+            rec = INPUTS.record(demo, run.device.device_class)
         except Exception as e:  # a malformed record elsewhere must not stop this demo
             run.not_run(f"placing {demo}.{metric}", f"its record could not be read: {e}")
             continue

@@ -73,7 +73,7 @@
   }
 
   // Published configs (papers / model cards, cited on docs/calculators.md) and datasheet figures (the same
-  // as scripts/datasheets.toml; a test checks them).
+  // as records/datasheets.toml; a test checks them).
   const MODELS = {
     "llama2-7b": { label: "Llama-2-7B", params: 6.74e9, layers: 32, hidden: 4096, heads: 32, kv_heads: 32, head_dim: 128, context: 4096 },
     "llama2-70b": { label: "Llama-2-70B", params: 68.98e9, layers: 80, hidden: 8192, heads: 64, kv_heads: 8, head_dim: 128, context: 4096 },

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from demos.harness import atomic
-from demos.harness.paths import RECORD_SCHEMA
+from records import atomic
+from records.paths import RECORD_SCHEMA
 
 SCHEMA_VERSION = 1
 
@@ -75,7 +75,7 @@ def _schema_problem(e) -> str:
     if e.validator == "type":
         return f"{_field(path)}: expected {e.validator_value if isinstance(e.validator_value, str) else ' or '.join(e.validator_value)}, got {_short(repr(e.instance), 40)}"
     if e.validator == "additionalProperties":
-        return f"{_field(path)}: {_short(e.message)} (see demos/harness/record.schema.json)"
+        return f"{_field(path)}: {_short(e.message)} (see records/record.schema.json)"
     return f"{_field(path)}: {_short(e.message)}"
 
 
@@ -292,7 +292,7 @@ def load(path: Path) -> Record:
 
 
 def write(path: Path, data: dict) -> None:
-    """Validate, then write atomically (demos/harness/atomic.py): a crash never loses the previous record."""
+    """Validate, then write atomically (records/atomic.py): a crash never loses the previous record."""
     errors = validate(data)
     if errors:
         raise RecordError(f"refusing to write {path}: {errors[0]}")

@@ -1,0 +1,24 @@
+"""How a measured number is written, everywhere it is shown: pages, the check's messages, the gate."""
+
+from __future__ import annotations
+
+
+def fmt_number(v: float, digits: int = 3) -> str:
+    """A measured value for prose: ``digits`` significant digits, thousands separated."""
+    if isinstance(v, int):
+        return f"{v:,}"
+    a = abs(v)
+    if a >= 10 ** digits:
+        return f"{v:,.0f}"
+    if a >= 0.01 or a == 0:
+        return f"{v:#.{digits}g}".rstrip(".")
+    return f"{v:.{digits - 1}e}"
+
+
+def fmt_pair(a: float, b: float) -> tuple[str, str]:
+    """Two values side by side, with enough digits that different values never print the same."""
+    for digits in range(3, 8):
+        fa, fb = fmt_number(a, digits), fmt_number(b, digits)
+        if fa != fb or a == b:
+            return fa, fb
+    return fa, fb

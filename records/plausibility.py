@@ -1,0 +1,89 @@
+"""The publication gate: why a well-formed record cannot be published. One gate for every door.
+
+The check command applies it to docs/results, the GPU campaign's unpacker to what a GPU window hands
+back, and the record-gate demo to the project's records. A record is refused when
+- it is not where it says it belongs (demo and device class), is a test fixture, names no existing demo,
+  or a device class that records/datasheets.toml does not declare;
+- a rate exceeds its device's datasheet peak, or its datasheet gives no peak to bound it;
+- a fraction of its own run's ceiling exceeds FRACTION_MARGIN (the ceiling is the wrong yardstick);
+- a correctness check failed, there is none, or it names no commit.
+Each problem is one line naming the field.
+"""
+
+from __future__ import annotations
+
+from records import datasheets, devices, record
+from records.numbers import fmt_number
+
+# A ceiling is the better of two samples of a shared machine's best case, so a kernel's own sample can
+# beat it by noise; beyond this margin the ceiling is the wrong yardstick (a cache-resident kernel
+# against a memory ceiling, one thread against many) and the fraction means nothing.
+FRACTION_MARGIN = 1.25
+# What bounds a byte rate of each kind in records/datasheets.toml (memory bandwidth when not named).
+BYTE_PEAK_NAMES = {"host_link": "host link rate (one way)"}
+
+
+def identity_problems(rec: record.Record, where: str, demo: str, device_class: str, known_demos) -> list[str]:
+    """The record is the one its place says (docs/results/<demo>/<device_class>.json), of a real demo and a
+    declared class, and no fixture."""
+    if not devices.is_class(device_class):
+        return [f"{where}: the file name is not a device class (lower-case letters, digits and '-')"]
+    if rec.demo != demo or rec.device_class != device_class:
+        return [f"{where}: demo/device_class say {rec.demo}/{rec.device_class}, but the file sits at "
+                f"{demo}/{device_class}.json"]
+    if demo not in known_demos:
+        return [f"{where}: no demo named {demo!r} exists under demos/ (remove the record or the typo)"]
+    if device_class not in datasheets.sheets():
+        return [f"{where}: device class {device_class!r} is not declared in records/datasheets.toml; add it there "
+                "with its published peaks and their source"]
+    if rec.is_fixture:
+        return [f"{where}: a test fixture (\"fixture\": true) cannot be published under docs/results"]
+    return []
+
+
+def vet(rec: record.Record, where: str) -> list[str]:
+    """Why a record's contents cannot be published: a rate above its datasheet peak or its own ceiling, a rate
+    whose peak is unknown, a failed correctness check, no check, no commit. One line each, naming the field."""
+    problems = []
+    label = datasheets.label(rec.device_class)
+    for section, items in (("metrics", rec.metrics), ("ceilings", rec.ceilings)):
+        for name, m in items.items():
+            rate = m.rate
+            if rate is None:
+                continue
+            kind, value = rate
+            field = f"{section}.{name}"
+            if kind == "flops" and m.dtype is None:
+                ceiling = rec.ceilings.get(m.ceiling) if m.ceiling else None
+                m = record.Metric(**{**m.__dict__, "dtype": ceiling.dtype if ceiling else None})
+            peak = datasheets.peak(rec.device_class, m)
+            if peak is None and not (kind == "bytes" and (m.cache_resident or m.kind == "cache")):
+                what = f"{m.dtype} FLOP rate" if kind == "flops" else BYTE_PEAK_NAMES.get(m.kind, "memory bandwidth")
+                problems.append(f"{where}: {field}: the {label} datasheet gives no peak for its {what} "
+                                f"(declare the metric's dtype, or add the peak to records/datasheets.toml)")
+            elif peak is not None and value > peak:
+                problems.append(f"{where}: {field} = {fmt_number(value)} {'GB/s' if kind == 'bytes' else 'TFLOP/s'} "
+                                f"exceeds the {label} datasheet "
+                                f"{BYTE_PEAK_NAMES.get(m.kind, 'memory bandwidth') if kind == 'bytes' else m.dtype + ' peak'}"
+                                f" of {fmt_number(peak)}: a unit slip, a cache-resident measurement or a timing without "
+                                "synchronisation")
+            if m.fraction_of_ceiling is not None and m.fraction_of_ceiling > FRACTION_MARGIN and not m.cache_resident:
+                problems.append(f"{where}: {field} is {fmt_number(m.fraction_of_ceiling)}x its same-run ceiling "
+                                f"{m.ceiling}: the ceiling is the wrong yardstick (cache-resident? other thread count?); "
+                                "fix the ceiling, or mark the metric cache_resident")
+    for c in rec.checks:
+        if not c.passed:
+            problems.append(f"{where}: correctness check {c.name!r} failed; a record with a failed check is not "
+                            "published")
+    if not rec.provenance.commit:
+        problems.append(f"{where}: provenance.commit is null; measure from a git checkout, or pass the commit "
+                        "(MM_SOURCE_COMMIT) where the tree has no .git")
+    if not rec.checks:
+        problems.append(f"{where}: no correctness check; a demo checks each variant against a reference before it "
+                        "times it")
+    return problems
+
+
+def problems(rec: record.Record, where: str, demo: str, device_class: str, known_demos) -> list[str]:
+    """Everything that keeps a well-formed record from being published (identity first, then contents)."""
+    return identity_problems(rec, where, demo, device_class, known_demos) or vet(rec, where)
