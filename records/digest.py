@@ -31,7 +31,7 @@ from pathlib import Path
 from records.paths import REPO_ROOT
 
 # Infrastructure: neither its files nor the lines importing it are part of a demo's measuring code.
-INFRA_PACKAGES = ("records", "demos.harness")
+INFRA_PACKAGES = (("records",), ("demos", "harness"))  # as name parts: a dotted string would read as an import
 PROTOCOL_FILE = Path("demos", "harness", "timing.py")  # holds PROTOCOL_VERSION = <int>
 DIGEST_FIELDS = ("source_digest", "source_files", "inputs")  # what a record says about its own digest
 
@@ -39,7 +39,8 @@ _MODULE_NAME = re.compile(r"demos(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 
 
 def is_infra(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in INFRA_PACKAGES)
+    parts = tuple(module.split("."))
+    return any(parts[:len(p)] == p for p in INFRA_PACKAGES)
 
 
 # -- reading source files (never importing them) -----------------------------------------------------

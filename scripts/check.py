@@ -5,7 +5,7 @@ It fails (exit 1) on
 - a record whose measured rate exceeds its device's datasheet peak (records/datasheets.toml);
 - a page marker naming an unknown demo or metric, or a claim that a record contradicts;
 - a topic page (docs/topics/*.md) missing front matter or a required section;
-- a sizing problem whose stated answer is not its computation (scripts/sizing_problems.toml);
+- a sizing problem whose stated answer is not its computation (website/sizing_problems.toml);
 and exits 2 on a malformed record, naming the file and the field. Stale GPU records and
 devices without a datasheet are warnings: the page shows their badge until someone re-measures.
 """
@@ -22,10 +22,10 @@ import yaml
 from records import catalog, datasheets, devices, plausibility, record
 from records.errors import OneLineParser
 from records.paths import REPO_ROOT, RESULTS_DIR
-from scripts.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
-from scripts.markers import MARKER, MarkerError, find, transform_outside_code
+from website.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
+from website.markers import MARKER, MarkerError, find, transform_outside_code
 from records.numbers import fmt_pair
-from scripts.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
+from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
                                 spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
@@ -299,9 +299,9 @@ def check_typed_numbers(report: Report, docs_dir: Path) -> None:
 
 
 def check_sizing(report: Report, docs_dir: Path, problems_file: Path | None = None) -> None:
-    """Sizing problems (scripts/sizing_problems.toml): every stated answer is its computation rounded to the
+    """Sizing problems (website/sizing_problems.toml): every stated answer is its computation rounded to the
     stated digits, every problem renders, and every {{ sizing ID }} marker of a page names a problem."""
-    from scripts import sizing
+    from website import sizing
 
     path = problems_file or sizing.PROBLEMS_FILE
     for message in sizing.stated_problems(path):

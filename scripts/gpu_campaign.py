@@ -54,7 +54,7 @@ from scripts import regen
 STAGING = CACHE_DIR / "gpu-campaign"
 PREFLIGHT_LIMIT_S = 30.0
 CALL_BUDGET_S = 9 * 60  # one device call: at most 10 minutes, less the start and the transfers
-# What every demo process pays on an H100 besides its own work (scripts.gpu_campaign --estimates adds it to
+# What every demo process pays on an H100 besides its own work (scripts.gpu_campaign --plan adds it to
 # each estimate below; a GPU record replaces both with its measured wall time and start-up):
 #   python, `import torch` (a CUDA build) and the harness, before start():                        ~2.0 s
 #     (measured on the CPU machine: 1.2-1.5 s, the startup_s of its records; the CUDA build also
@@ -596,7 +596,7 @@ def resolve_commit(asked: str | None) -> str | None:
 def estimates_table(device_class: str = "h100", results_dirs: list[Path] | None = None) -> str:
     """The campaign's GPU time per demo as Markdown, conclusion first: each demo's measured wall time where
     a record for a GPU class exists (the class asked for first), else the estimate in ESTIMATES_S; process
-    start added to each. `python -m scripts.gpu_campaign --estimates`; also on the contributing page."""
+    start added to each. `python -m scripts.gpu_campaign --plan`."""
     results_dirs = results_dirs or [RESULTS_DIR]
     rows, total, measured = [], 0.0, 0
     for name in catalog.discover():
@@ -625,7 +625,7 @@ def estimates_table(device_class: str = "h100", results_dirs: list[Path] | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.argv[1:] == ["--estimates"]:
+    if argv is None and sys.argv[1:] == ["--plan"]:
         print(estimates_table())
         return 0
     parser = OneLineParser(prog="gpu_campaign", description=__doc__.splitlines()[0])

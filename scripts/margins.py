@@ -18,8 +18,8 @@ from demos.harness.cli import DEVICES
 from records.errors import OneLineParser, fail
 from records.paths import DOCS_DIR
 from records import catalog
-from scripts.claims import MARGIN_RULE, judge, margin, timing_based
-from scripts.markers import find
+from website.claims import MARGIN_RULE, judge, margin, timing_based
+from website.markers import find
 from scripts.regen import resolve_device_class, run_demo
 from records.numbers import fmt_number
 

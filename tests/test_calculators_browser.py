@@ -1,4 +1,4 @@
-"""The sizing calculators (docs/assets/sizing-calculators.js) against scripts/sizing.py, in Chromium.
+"""The sizing calculators (docs/assets/sizing-calculators.js) against website/sizing.py, in Chromium.
 
 No site build: the page's calculator markup is taken from docs/calculators.md and the script is loaded
 into a blank page, so this runs in a few seconds."""
@@ -12,8 +12,8 @@ import re
 import pytest
 
 from conftest import REPO, set_field
-from records import catalog
-from scripts import sizing
+from records import datasheets
+from website import sizing
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +94,7 @@ def test_js_matches_python_on_random_inputs(page, name, js_name, make):
 
 def test_presets_are_the_datasheets(page):
     gpus = page.evaluate("() => window.SizingCalc.GPUS")
-    sheets = catalog.datasheets()
+    sheets = datasheets.sheets()
     for key, gpu in gpus.items():
         assert gpu["memory_gbps"] == sheets[key]["memory_gbps"], key
 

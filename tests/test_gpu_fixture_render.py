@@ -8,7 +8,7 @@ import json
 
 from conftest import REPO, make_record
 from records import record
-from scripts import render
+from website import render
 
 FIXTURE = REPO / "tests" / "fixtures" / "records" / "kernel_fusion" / "h100.json"
 DIGEST = "sha256:" + "0" * 64

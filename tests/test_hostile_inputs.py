@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from conftest import REPO, make_record, write_record
 from records import record
-from scripts import render
+from website import render
 
 PAYLOAD = '<img src=x onerror="window.__pwned=1">'
 

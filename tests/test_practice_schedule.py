@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import REPO
-from scripts import sizing
+from website import sizing
 
 pytestmark = pytest.mark.slow
 
@@ -141,7 +141,10 @@ def test_phone_layout_fits(chromium):
 
 
 def test_sizing_problems_become_cards():
-    cards = sizing.practice_cards(lambda md, page: md, "practice")
+    from website import site_pages
+
+    titles = {p.src_uri.split("/")[-1].removesuffix(".md"): (p.topic, p.title) for p in site_pages.topic_pages()}
+    cards = sizing.practice_cards(lambda md, page: md, "practice", titles)
     assert len(cards) == len(sizing.load_problems())
     card = next(c for c in cards if c["id"] == "sizing-kv_llama2_70b")
     assert card["kind"] == "sizing" and card["topic"] == "T6"
@@ -151,7 +154,7 @@ def test_sizing_problems_become_cards():
 
 
 def test_exercise_pages_become_link_only_cards(tmp_path):
-    from scripts import site_pages
+    from website import site_pages
 
     docs = tmp_path / "docs"
     (docs / "topics").mkdir(parents=True)

@@ -8,9 +8,9 @@ from html.parser import HTMLParser
 import markdown
 
 from conftest import REPO, make_record
-from scripts import render
-from scripts.site_pages import mkdocs_config
-from scripts.markers import find, parse
+from website import render
+from website.site_pages import mkdocs_config
+from website.markers import find, parse
 
 DIGEST = "sha256:" + "0" * 64
 OTHER_DIGEST = "sha256:" + "1" * 64
@@ -153,7 +153,7 @@ def test_record_strings_cannot_inject_html_or_script():
 
 
 def test_plot_files_are_svg_drawn_once_and_redrawn_when_the_data_changes(tmp_path, monkeypatch):
-    from scripts import plots
+    from website import plots
 
     monkeypatch.setattr(plots, "CACHE_DIR", tmp_path)
     drawn = []
@@ -221,7 +221,7 @@ def test_search_exclusions_wrap_measured_blocks_without_nesting_the_same_tag():
 
 
 def test_plot_titles_say_measured_where_and_projections_say_model():
-    from scripts.plots import plain_number, plot_title
+    from website.plots import plain_number, plot_title
 
     assert plot_title({"title": "bias + GELU: effective bandwidth"}, "CPU") == "bias + GELU: effective bandwidth (CPU, measured)"
     projected = plot_title({"title": "70B: where a projected step's time goes"}, "CPU")
@@ -230,7 +230,7 @@ def test_plot_titles_say_measured_where_and_projections_say_model():
 
 
 def test_a_stepped_pipeline_timeline_is_drawn_as_a_gantt_chart():
-    from scripts.plots import gantt_lanes, series_svg
+    from website.plots import gantt_lanes, series_svg
 
     series = {"name": "timeline", "title": "GPipe timeline: low = forward, high = backward, flat = idle",
               "x_label": "time (ms)", "y_label": "stage", "lines": [

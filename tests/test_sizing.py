@@ -8,8 +8,10 @@ import random
 import pytest
 
 from demos.common import cluster_model as cm
-from records import catalog
-from scripts import check, render, sizing
+from records import datasheets
+from records.paths import REPO_ROOT
+from scripts import check
+from website import render, sizing
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +23,7 @@ def test_enough_problems_across_topics(problems):
     assert len(problems) >= 15
     topics = {p.topic for p in problems.values()}
     assert len(topics) >= 5, topics
-    pages = {path.stem for path in (catalog.REPO_ROOT / "docs" / "topics").glob("*.md")}
+    pages = {path.stem for path in (REPO_ROOT / "docs" / "topics").glob("*.md")}
     assert topics <= pages  # each links to an existing topic page
     assert {p.formula for p in problems.values()} == set(sizing.FORMULAS)  # every formula is exercised
 
@@ -74,7 +76,7 @@ def test_the_check_reports_an_unknown_problem_marker(tmp_path):
 
 def test_the_check_passes_on_the_repository():
     report = check.Report()
-    check.check_sizing(report, catalog.REPO_ROOT / "docs")
+    check.check_sizing(report, REPO_ROOT / "docs")
     assert report.errors == []
 
 
@@ -91,7 +93,7 @@ def test_the_marker_renders_a_worked_answer_folded(problems):
 
 
 def test_chip_figures_come_from_the_datasheets(problems):
-    sheets = catalog.datasheets()
+    sheets = datasheets.sheets()
     assert problems["decode_70b_8xh100"].inputs["bandwidth_gbs"] == sheets["h100"]["memory_gbps"]
     assert problems["days_llama2_70b"].inputs["peak_tflops"] == sheets["a100"]["tflops"]["bfloat16"]
     with pytest.raises(ValueError, match="datasheets.toml has no"):

@@ -1,6 +1,6 @@
 // Sizing calculators: KV cache, training memory per GPU, serving bounds (docs/calculators.md).
 //
-// The formulas are a line-by-line port of scripts/sizing.py (kv_cache, training_memory, serving), which
+// The formulas are a line-by-line port of website/sizing.py (kv_cache, training_memory, serving), which
 // reuses the demos' own formulas; tests/test_calculators_browser.py runs both on many random inputs in
 // Chromium and requires the same numbers (1e-9 relative). Python -> JavaScript:
 //   kv_cache(**cfg)        -> SizingCalc.kvCache(cfg)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from records.record import Record
 from records import datasheets, devices
-from scripts.markers import Marker, MetricRef
+from website.markers import Marker, MetricRef
 
 COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 

@@ -1,6 +1,6 @@
 """Records become Markdown: per-device tabs, tables, plots, provenance, badges, metrics, claims.
 
-Plain Python with no MkDocs in it; scripts/mkdocs_hook.py calls it. Records are data from
+Plain Python with no MkDocs in it; website/mkdocs_hook.py calls it. Records are data from
 contributors, so every string taken from one goes through ``esc`` before it reaches a page: a
 record can never inject HTML, script or Markdown links.
 """
@@ -16,9 +16,9 @@ from records.record import Record
 from records import catalog, datasheets, devices
 from records.numbers import fmt_number, fmt_pair
 from records.paths import REPO_ROOT
-from scripts import sizing
-from scripts.claims import MissingMetric, judge, known_device, metric_value
-from scripts.markers import Marker, substitute
+from website import sizing
+from website.claims import MissingMetric, judge, known_device, metric_value
+from website.markers import Marker, substitute
 
 PLOTS_DIR = "assets/plots"
 # The characters Python-Markdown (with the tables extension) accepts a backslash escape for.
@@ -164,7 +164,7 @@ def table_md(table: dict) -> str:
 
 
 def is_timeline(series: dict) -> bool:
-    """A Gantt-shaped series (drawn as a timeline by scripts/plots.py)."""
+    """A Gantt-shaped series (drawn as a timeline by website/plots.py)."""
     return series.get("kind") == "gantt" or str(series.get("y_label", "")).strip().lower() == "stage"
 
 
@@ -250,7 +250,7 @@ def demo_of_page(src_uri: str) -> catalog.Demo | None:
 
 def topics_showing(demo: str) -> list[tuple[str, str]]:
     """(src_uri, title) of every topic page whose front matter lists the demo."""
-    from scripts.site_pages import topic_pages
+    from website.site_pages import topic_pages
 
     return [(p.src_uri, p.title) for p in topic_pages() if demo in p.demos]
 
@@ -380,7 +380,7 @@ def pending_notices(markdown: str) -> str:
 
 def plot_files(records_by_demo: dict[str, dict[str, Record]]) -> list[tuple[str, str]]:
     """(site path, SVG text) for every series of every record of the given demos."""
-    from scripts.plots import cached_svgs
+    from website.plots import cached_svgs
 
     paths, jobs = [], []
     for demo, records in records_by_demo.items():

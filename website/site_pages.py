@@ -7,7 +7,7 @@
 - the glossary page, from docs/includes/glossary.md (the same file that makes the tooltips).
 
 A page asks for one with an HTML comment placeholder (<!-- mm:topic-map -->, ...), which
-``expand`` replaces; the markers of scripts/markers.py are expanded after that, as on any page.
+``expand`` replaces; the markers of website/markers.py are expanded after that, as on any page.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
     """The first {{ metric }} marker of a Markdown fragment whose device has a record: (the marker, the
     metric's label from that record), or None when the fragment quotes no measured number."""
     from records import catalog, datasheets, devices
-    from scripts.markers import find
+    from website.markers import find
 
     for m in find(answer):
         if m.kind != "metric":
@@ -394,14 +394,11 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
             return glossary_table(docs)
         if name == "measurement-status":
             return measurement_status()
-        if name == "gpu-budget":
-            from scripts import gpu_campaign
-
-            return gpu_campaign.estimates_table()
         if name == "practice-cards":
-            from scripts import sizing  # the sizing problems and (when they exist) the coding exercises join the cards
+            from website import sizing  # the sizing problems and (when they exist) the coding exercises join the cards
 
-            return cards_script(practice_cards(to_html, url_dir, docs) + sizing.practice_cards(to_html, url_dir)
+            titles = {posixpath.basename(p.src_uri).removesuffix(".md"): (p.topic, p.title) for p in topic_pages(docs)}
+            return cards_script(practice_cards(to_html, url_dir, docs) + sizing.practice_cards(to_html, url_dir, titles)
                                 + exercise_cards(url_dir, docs))
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")
 

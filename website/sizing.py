@@ -8,7 +8,7 @@ not import torch (seconds on every run), and tests/test_sizing.py requires them 
 ``model_state_bytes_per_param``. ``docs/assets/sizing-calculators.js`` is the
 same formulas in JavaScript; tests/test_calculators_browser.py compares the two in Chromium.
 
-The problems live in ``scripts/sizing_problems.toml``: each names a formula, its inputs (published
+The problems live in ``website/sizing_problems.toml``: each names a formula, its inputs (published
 model configs and hardware figures, with their sources) and the answer its author *stated*, rounded.
 A page shows a problem with the marker ``{{ sizing ID }}``: the statement, then the worked answer,
 computed here at build time, folded until the reader opens it. ``python -m scripts.check`` fails when a
@@ -340,7 +340,7 @@ def render_problem(problem: Problem, number: int | None = None) -> str:
         out.append(f"    {i}. {s}")
     out.append("")
     out.append(f"    **Answer: {values['answer']} {problem.unit}** (stated, rounded: {problem.stated} "
-               f"{problem.unit}; computed by `scripts/sizing.py` `{problem.formula}` at build time).")
+               f"{problem.unit}; computed by `website/sizing.py` `{problem.formula}` at build time).")
     if problem.note:
         out.append("")
         out.append("    " + problem.note.strip().replace("\n", "\n    "))
@@ -355,7 +355,7 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
     """Replace every {{ sizing ID }} marker outside code with the rendered problem (numbered in page order)."""
     if not SIZING_MARKER.search(markdown):
         return markdown
-    from scripts.markers import transform_outside_code
+    from website.markers import transform_outside_code
 
     problems = load_problems()
     counter = [0]
@@ -364,7 +364,7 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
     def one(m: re.Match) -> str:
         pid = m.group(1)
         if pid not in problems:
-            raise ValueError(f"{page_src_uri}: {m.group(0)}: no problem {pid!r} in scripts/sizing_problems.toml")
+            raise ValueError(f"{page_src_uri}: {m.group(0)}: no problem {pid!r} in website/sizing_problems.toml")
         counter[0] += 1
         text = render_problem(problems[pid], counter[0])
         return text.replace("](topics/", f"]({prefix}topics/")
@@ -373,20 +373,18 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
 
 
 def markers_in(markdown: str) -> list[str]:
-    from scripts.markers import transform_outside_code
+    from website.markers import transform_outside_code
 
     found: list[str] = []
     transform_outside_code(markdown, lambda chunk: (found.extend(SIZING_MARKER.findall(chunk)), chunk)[1])
     return found
 
 
-def practice_cards(to_html, url_dir: str, page: str = "sizing") -> list[dict]:
-    """One practice card per problem: the question and given figures; the answer is the worked steps."""
+def practice_cards(to_html, url_dir: str, titles: dict[str, tuple[str, str]], page: str = "sizing") -> list[dict]:
+    """One practice card per problem: the question and given figures; the answer is the worked steps.
+    ``titles`` maps a topic page's stem to (its topic id, its title)."""
     import posixpath
 
-    from scripts.site_pages import topic_pages
-
-    titles = {posixpath.basename(p.src_uri).removesuffix(".md"): (p.topic, p.title) for p in topic_pages()}
     url = posixpath.relpath(page, url_dir or ".") + "/"
     cards = []
     for p in load_problems().values():

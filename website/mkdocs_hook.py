@@ -1,10 +1,10 @@
-"""The thin MkDocs hook: all the work is in scripts/render.py (plain Python, no MkDocs).
+"""The thin MkDocs hook: all the work is in website/render.py and website/site_pages.py (plain Python, no MkDocs).
 
 - on_files (before the plugins): add every demo's source as a page, which mkdocs-jupyter renders
   as a notebook (source only, never executed), plus its .ipynb for download; draw every record's
   plots (SVG) and add them as generated files.
 - on_page_markdown: expand the generated parts (<!-- mm:... --> placeholders: topic map, study
-  plans, cheat sheet, glossary, practice cards; scripts/site_pages.py), then replace the
+  plans, cheat sheet, glossary, practice cards; website/site_pages.py), then replace the
   {{ results }}, {{ metric }}, {{ claim }} and {{ artifact }} markers of a page.
 - on_page_content: give a demo's notebook page its download links, run command and topic links.
 A malformed record or a bad marker stops the build with one line naming the file and the field.
@@ -22,13 +22,13 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from mkdocs.plugins import event_priority  # noqa: E402
 from mkdocs.structure.files import File  # noqa: E402
 
-from records.record import RecordError  # noqa: E402
 import markdown as python_markdown  # noqa: E402
 
-from records import catalog
-from records.paths import REPO_ROOT
-from scripts import render, site_pages  # noqa: E402
-from scripts.markers import MarkerError  # noqa: E402
+from records import catalog  # noqa: E402
+from records.paths import REPO_ROOT  # noqa: E402
+from records.record import RecordError  # noqa: E402
+from website import render, site_pages  # noqa: E402
+from website.markers import MarkerError  # noqa: E402
 
 TOPIC_SEARCH_BOOST = 4
 
