@@ -50,5 +50,6 @@ def test_no_demo_sets_thread_counts_itself():
         if "harness" in path.parts:
             continue
         text = path.read_text()
-        for call in ("set_num_threads(", "threadpool_limits(", "set_num_interop_threads("):
+        for call in ("set_num_threads(", "threadpool_limits(", "set_num_interop_threads(", "intra_op_num_threads",
+                     "inter_op_num_threads"):
             assert call not in text, f"{path} calls {call}: declare start(..., cpu_threads=N) instead"

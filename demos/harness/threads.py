@@ -12,7 +12,11 @@ compiled and exported variants comparable and the numbers repeatable; the page s
 ``limit`` covers PyTorch's intra-op pool (OpenMP), NumPy's BLAS (through threadpoolctl) and XLA's
 CPU client (through XLA_FLAGS, which JAX reads once, when its CPU backend starts: a demo that
 asks for fewer threads imports jax after ``start()``). A forked rank (the T7 launcher) calls
-``limit`` itself, with the count the demo declared.
+``limit`` itself, with the count the demo declared. ONNX Runtime takes its count per session:
+``onnxruntime_options`` gives a session the run's count (``run.cpu_threads``).
+
+torch is imported where it is used, so a child process that only builds ONNX Runtime sessions (a peak
+memory probe) does not pay for it.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-import torch
-
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 
 
 def count() -> int:
     """Threads of PyTorch's intra-op pool right now: what a timing made now runs with."""
+    import torch
+
     return torch.get_num_threads()
 
 
@@ -41,6 +45,8 @@ class Limit:
     def restore(self) -> None:
         # threadpoolctl's own restore resets the OpenMP pool PyTorch shares, so it goes first and
         # PyTorch's count is set last (the other order leaves PyTorch on the limited count).
+        import torch
+
         if self._blas is not None:
             self._blas.restore_original_limits()
             self._blas = None
@@ -54,6 +60,7 @@ def limit(threads: int) -> Limit:
     """Use ``threads`` threads in PyTorch, the BLAS under NumPy, and (one thread) XLA's CPU client."""
     if threads < 1:
         raise ValueError(f"cpu_threads must be at least 1, got {threads}")
+    import torch
     from threadpoolctl import threadpool_limits
 
     previous = torch.get_num_threads()
@@ -66,3 +73,12 @@ def limit(threads: int) -> Limit:
             os.environ["XLA_FLAGS"] = f"{flags} {XLA_ONE_THREAD}".strip()
         xla = "one thread" if "jax" not in sys.modules else "unchanged (jax was imported before start())"
     return Limit(threads=threads, previous=previous, _blas=blas, xla=xla)
+
+
+def onnxruntime_options(ort, threads: int):
+    """ONNX Runtime session options with both of its pools (intra-op, inter-op) at ``threads``: the one place
+    ONNX Runtime's thread count is set. A demo passes the run's count (``run.cpu_threads``), so ONNX Runtime
+    is timed with the threads PyTorch got."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    return options

@@ -23,6 +23,7 @@ import onnxruntime as ort
 import torch
 
 from demos.common.block import SIZES, make_block, reference_forward
+from demos.harness import threads
 from demos.harness.run import start
 
 run = start("onnx_export", title="The block exported to ONNX and run in ONNX Runtime", sizes=SIZES, cpu_threads=1)
@@ -83,11 +84,11 @@ run.artifact("onnx_graph", onnx.printer.to_text(graph_only.graph))
 
 # %%
 def session(provider: str, optimized_path: str | None = None) -> ort.InferenceSession:
-    options = ort.SessionOptions()
+    # on the CPU provider, as many threads as PyTorch got from the harness
+    options = threads.onnxruntime_options(ort, run.cpu_threads) if provider == "CPUExecutionProvider" else \
+        ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only
-    if provider == "CPUExecutionProvider":  # as many threads as PyTorch got from the harness
-        options.intra_op_num_threads = options.inter_op_num_threads = run.cpu_threads
     if optimized_path:
         options.optimized_model_filepath = optimized_path
     # ONNX Runtime's CUDA provider runs float32 matmuls in TF32 unless told not to (10-bit mantissa,

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from demos.harness.threads import onnxruntime_options
 from records.paths import CACHE_DIR
 
 CACHE = CACHE_DIR / "t4_hardware"  # exported files and compiled packages (ignored by git)
@@ -96,9 +97,8 @@ def ort_session(path: Path, threads: int):
     """An ONNX Runtime CPU session with all graph optimizations and the run's thread count."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    options = onnxruntime_options(ort, threads)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = options.inter_op_num_threads = threads
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 

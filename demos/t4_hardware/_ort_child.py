@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import onnxruntime as ort
 
+from demos.harness.threads import onnxruntime_options
+
 
 def status_bytes(field: str) -> int:
     """VmRSS (resident now) or VmHWM (peak resident) from /proc/self/status. VmHWM belongs to this program's
@@ -26,8 +28,7 @@ if __name__ == "__main__":
     path, batch, width, threads, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     x = np.random.default_rng(0).standard_normal((batch, width)).astype(dtype)
     before = status_bytes("VmRSS")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    options = onnxruntime_options(ort, threads)
     options.log_severity_level = 3
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     session.run(None, {"x": x})

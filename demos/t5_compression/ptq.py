@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 import torch
 
+from demos.harness import threads
 from demos.harness.run import start
 from demos.t5_compression._model import MLP, accuracy, digits, trained
 from demos.t5_compression._quant import (calibrate, layer_inputs, observe, quantize_weight, run_integer,
@@ -315,8 +316,7 @@ class DigitsReader(CalibrationDataReader):
 
 
 def session(path):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = run.cpu_threads
+    options = threads.onnxruntime_options(ort, run.cpu_threads)
     options.log_severity_level = 3
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
