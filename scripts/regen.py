@@ -157,6 +157,7 @@ def run_with_deadline(command: list[str], log_path: Path, timeout: float, env: d
                 last_lines.append(f"timed out after {timeout:.0f} s (its process group was killed)")
                 log.write(last_lines[-1] + "\n")
             proc.wait()
+            kill_group(proc)  # a worker the demo forked must not outlive it, even when the demo ended well
         except BaseException:
             kill_group(proc)
             proc.wait()

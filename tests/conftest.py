@@ -162,24 +162,15 @@ def run_demo(module: str, results_dir: Path, *extra: str, size: str = "tiny", ti
     """Run ``python -m module --device cpu --size tiny`` (or under ``launcher``, e.g. torchrun) and return
     its record. The demo runs in its own process group, and the whole group is killed afterwards, so
     no rank it forked outlives the test, whatever happened."""
-    import signal
-
     from records import record
+    from scripts.regen import run_with_deadline  # regen's runner: own process group, hard deadline, group killed
 
     command = (launcher or [sys.executable, "-m"]) + [module, "--device", "cpu", "--size", size,
                                                       "--results-dir", str(results_dir), *extra]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env=env)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, output[-5000:]
     demo = module.rsplit(".", 1)[-1]
+    log = Path(results_dir) / f"{demo}.log"
+    done = run_with_deadline(command, log, timeout, env)
+    assert done.returncode == 0 and not done.timed_out, log.read_text(errors="replace")[-5000:]
     return record.load(results_dir / demo / "cpu.json")
 
 
