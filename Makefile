@@ -19,7 +19,7 @@ export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup browser serve build test pytest regen regen-stale check clean exercise
+.PHONY: help setup browser serve build test test-fast pytest regen regen-stale check clean exercise
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -52,6 +52,9 @@ test: setup  ## everything CI runs: regenerate stale CPU records, tests, check, 
 
 pytest: setup  ## only the test suite
 	$(PY) -m pytest
+
+test-fast: setup  ## the inner loop: the tests not marked slow (no demo runs, no site build); CI runs them all
+	$(PY) -m pytest -m "not slow"
 
 regen: setup  ## regenerate records: make regen [DEMO=name] [DEVICE=cpu|cuda|auto]
 	$(PY) -m scripts.regen $(DEMO) --device $(DEVICE)
