@@ -224,7 +224,7 @@ def test_plot_titles_say_measured_where_and_projections_say_model():
     from website.plots import plain_number, plot_title
 
     assert plot_title({"title": "bias + GELU: effective bandwidth"}, "CPU") == "bias + GELU: effective bandwidth (CPU, measured)"
-    projected = plot_title({"title": "70B: where a projected step's time goes"}, "CPU")
+    projected = plot_title({"title": "70B: where a step's time goes", "computed": True}, "CPU")
     assert "CPU" not in projected and "model, not measured" in projected
     assert [plain_number(v) for v in (1, 30, 300, 2000, 0.01, 0.5)] == ["1", "30", "300", "2,000", "0.01", "0.5"]
 
@@ -233,7 +233,7 @@ def test_a_stepped_pipeline_timeline_is_drawn_as_a_gantt_chart():
     from website.plots import gantt_lanes, series_svg
 
     series = {"name": "timeline", "title": "GPipe timeline: low = forward, high = backward, flat = idle",
-              "x_label": "time (ms)", "y_label": "stage", "lines": [
+              "x_label": "time (ms)", "y_label": "stage", "kind": "steps", "lines": [
                   {"label": "stage 0", "x": [0, 1, 1, 2, 2, 3, 3], "y": [0.4, 0.4, 0.0, 0.0, 0.8, 0.8, 0.0]},
                   {"label": "stage 1", "x": [0, 1, 1, 2, 2, 3], "y": [1.0, 1.0, 1.4, 1.4, 1.8, 1.8]}]}
     lanes = gantt_lanes(series)

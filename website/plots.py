@@ -41,15 +41,11 @@ STYLE = {
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 DASHES = ["-", "--", "-.", ":"]
-# A projection computed from a model (datasheet figures, formulas) was not measured on the machine that
-# ran the demo: its title says what it is, and the plot does not name that machine as if it measured it.
-PROJECTED = re.compile(r"\b(projected|projection|predicted|modell?ed)\b", re.I)
-
-
 def plot_title(series: dict, device_label: str) -> str:
     """What was measured and where: the series title with the device that measured it, or, for a
-    projection from a model, the title with "(model, not measured)" instead of a device."""
-    if PROJECTED.search(series["title"]):
+    projection from a model (``"computed": true``), the title with "(model, not measured)" instead: the
+    machine that ran the demo did not measure it."""
+    if series.get("computed"):
         return f"{series['title']} (model, not measured)"
     return f"{series['title']} ({device_label}, measured)"
 
@@ -79,10 +75,10 @@ PHASE_COLOURS = {"forward": "#3f6ad8", "backward": "#e0812b", "busy": "#5b8c5a"}
 def gantt_lanes(series: dict) -> list[tuple[str, list[tuple[float, float, str, str | None]]]] | None:
     """Bars per lane, (label, [(start, end, phase, text)]), or None when the series is not a timeline.
 
-    Two shapes are understood: ``"kind": "gantt"`` with one line per lane (or lane and phase, "stage 0
-    forward"), x = [start, end, start, end, ...] and y = the microbatch (or None) of each endpoint; and
-    a stepped line per stage as the pipeline demos draw it (y = stage + 0 idle, + 0.4 forward,
-    + 0.8 backward), whose flat runs become bars."""
+    Two kinds are understood: ``"gantt"`` with one line per lane (or lane and phase, "stage 0 forward"),
+    x = [start, end, start, end, ...] and y = the microbatch (or None) of each endpoint; and ``"steps"``, a
+    stepped line per stage as the pipeline demos draw it (y = stage + 0 idle, + 0.4 forward, + 0.8
+    backward), whose flat runs become bars."""
     lines = series["lines"]
     if series.get("kind") == "gantt":
         lanes: dict[str, list] = {}
@@ -96,7 +92,7 @@ def gantt_lanes(series: dict) -> list[tuple[str, list[tuple[float, float, str, s
                 text = None if ys[i] is None else f"{ys[i]:g}"
                 bars.append((xs[i], xs[i + 1], phase, text))
         return list(lanes.items())
-    if series.get("y_label", "").strip().lower() != "stage":
+    if series.get("kind") != "steps":
         return None
     out = []
     for line in lines:

@@ -165,7 +165,7 @@ def table_md(table: dict) -> str:
 
 def is_timeline(series: dict) -> bool:
     """A Gantt-shaped series (drawn as a timeline by website/plots.py)."""
-    return series.get("kind") == "gantt" or str(series.get("y_label", "")).strip().lower() == "stage"
+    return series.get("kind") in ("gantt", "steps")
 
 
 TABLES_SHOWN, PLOTS_SHOWN = 2, 2  # per device tab; the rest of a run's tables and plots are folded below them

@@ -221,14 +221,22 @@ class Run:
         self.tables.append({"name": name, "title": title, "columns": columns, "rows": rows})
 
     def series(self, name: str, title: str, x_label: str, y_label: str, lines: dict[str, tuple[list, list]],
-               hlines: dict[str, float] | None = None, x_log: bool = False, y_log: bool = False) -> None:
-        """A plot's data: ``lines`` maps a label to (xs, ys); ``hlines`` maps a label to a level."""
-        self.series_list.append({
+               hlines: dict[str, float] | None = None, x_log: bool = False, y_log: bool = False,
+               kind: str | None = None, computed: bool = False) -> None:
+        """A plot's data: ``lines`` maps a label to (xs, ys); ``hlines`` maps a label to a level. ``kind`` says how
+        to draw it ("bar", "gantt", "steps": see the record schema); ``computed=True`` marks a projection from a
+        model, which the page titles as such instead of naming this machine as its measurer."""
+        entry = {
             "name": name, "title": title, "x_label": x_label, "y_label": y_label, "x_log": x_log, "y_log": y_log,
             "lines": [{"label": k, "x": list(map(float, xs)), "y": [None if y is None else float(y) for y in ys]}
                       for k, (xs, ys) in lines.items()],
             "hlines": [{"label": k, "y": float(v)} for k, v in (hlines or {}).items()],
-        })
+        }
+        if kind is not None:
+            entry["kind"] = kind
+        if computed:
+            entry["computed"] = True
+        self.series_list.append(entry)
 
     def not_run(self, variant: str, reason: str) -> None:
         """A variant that cannot run here is recorded with the reason, never silently dropped."""

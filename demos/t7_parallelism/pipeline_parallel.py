@@ -292,7 +292,7 @@ for s in SCHEDULES:
     lines, text = timeline_views([timed[rank][(s, M_TIMELINE)] for rank in range(p)], a["median_step"], a["t_f"] / 2,
                                  f"{SCHEDULE_NAMES[s]}, p={p}, m={M_TIMELINE}, step {a['step_s'] * 1e3:.0f} ms")
     run.series(f"timeline_{s}", f"{SCHEDULE_NAMES[s]} timeline, p={p}, m={M_TIMELINE}: low = forward, "
-               "high = backward, flat = idle", "time in the step (ms)", "stage", lines)
+               "high = backward, flat = idle", "time in the step (ms)", "stage", lines, kind="steps")
     texts.append(text)
 run.artifact("timeline", "\n\n".join(texts))
 

@@ -339,11 +339,12 @@ for model in ("7B", "70B"):
                "tokens/s per GPU", "efficiency", "MFU", f"total, {backend} net",
                f"MFU, {backend} net"], rows)
     run.series(f"breakdown_{model}", f"{model}: where a projected step's time goes (NVLink + InfiniBand)",
-               "GPUs", "share of step time", {label: (counts, ys) for label, ys in shares.items()}, x_log=True)
+               "GPUs", "share of step time", {label: (counts, ys) for label, ys in shares.items()}, x_log=True,
+               computed=True)
     efficiency_lines[f"{model}, NVLink + IB"] = (counts, eff)
 run.series("scaling_efficiency", "Projected scaling efficiency (strong scaling, 4M-token batch)", "GPUs",
            "tokens/s per GPU relative to the smallest layout that fits", efficiency_lines, x_log=True,
-           hlines={"perfect scaling": 1.0})
+           hlines={"perfect scaling": 1.0}, computed=True)
 
 # %% [markdown]
 # ## Reading the projection
