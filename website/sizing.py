@@ -122,10 +122,13 @@ def datasheet(device: str) -> dict:
 
 
 def ridge_point(device: str, dtype: str) -> dict:
-    """FLOPs per byte where the roofline's two roofs meet: datasheet peak / memory bandwidth."""
+    """FLOPs per byte where the roofline's two roofs meet: datasheet peak / memory bandwidth
+    (records.datasheets.ridge_point, the one place the ratio is computed)."""
+    from records import datasheets
+
     sheet = datasheet(device)
-    peak, bw = sheet["tflops"][dtype], sheet["memory_gbps"]
-    return {"peak_tflops": peak, "bandwidth_gbs": bw, "flop_per_byte": peak * 1e12 / (bw * GB)}
+    return {"peak_tflops": sheet["tflops"][dtype], "bandwidth_gbs": sheet["memory_gbps"],
+            "flop_per_byte": datasheets.ridge_point(device, dtype)}
 
 
 def training_days(params: float, tokens: float, gpus: int, peak_tflops: float, mfu: float) -> dict:

@@ -9,6 +9,10 @@ import math
 from dataclasses import dataclass
 
 from demos.common.collectives import LINKS
+from records.inputs import declare
+
+INPUTS = declare(datasheets=["h100"])  # the default hardware: an H100 SXM's memory and dense BF16 peak
+H100 = INPUTS.datasheet("h100")
 
 # -- configurations ---------------------------------------------------------------------------------
 
@@ -54,8 +58,8 @@ class Config:
     overlap_dp: bool = False
     # the hardware
     gpus_per_node: int = 8
-    gpu_memory_gb: float = 80.0
-    peak_tflops: float = 989.0
+    gpu_memory_gb: float = float(H100["memory_gb"])
+    peak_tflops: float = float(H100["tflops"]["bfloat16"])
     compute_efficiency: float | None = None  # None: calibrated (EFFICIENCY_BY_HIDDEN at this hidden size)
     intra_bandwidth_gbs: float = LINKS["nvlink4_h100"].bandwidth_gbs
     intra_alpha_us: float = LINKS["nvlink4_h100"].alpha_us
@@ -75,9 +79,11 @@ ASSUMPTIONS = {  # field -> (unit, why this default)
     "overlap_dp": ("", "False: DP traffic is fully exposed (an upper bound). True: it hides behind backward compute "
                        "(the last microbatch's for ZeRO 0/1, every microbatch's for ZeRO-2, all compute for ZeRO-3)"),
     "gpus_per_node": ("", "one NVLink domain, as in a DGX/HGX H100 (8 GPUs)"),
-    "gpu_memory_gb": ("GB", "H100 SXM 80 GB, counted as 80e9 bytes: the 5.9 GB up to 80 GiB is left for what this "
-                            "model omits (logits, communication buffers, workspaces, fragmentation)"),
-    "peak_tflops": ("TFLOP/s", "H100 SXM dense BF16 tensor-core peak, NVIDIA H100 datasheet (989 TFLOP/s)"),
+    "gpu_memory_gb": ("GB", f"H100 SXM {H100['memory_gb']:g} GB, counted as {H100['memory_gb']:g}e9 bytes: the "
+                            f"{H100['memory_gb'] * (2**30 / 1e9 - 1):.1f} GB up to {H100['memory_gb']:g} GiB is left "
+                            "for what this model omits (logits, communication buffers, workspaces, fragmentation)"),
+    "peak_tflops": ("TFLOP/s", "H100 SXM dense BF16 tensor-core peak, NVIDIA H100 datasheet "
+                               f"({H100['tflops']['bfloat16']:g} TFLOP/s, records/datasheets.toml)"),
     "compute_efficiency": ("fraction of peak", "None = CALIBRATED: the fraction of peak at which Megatron-LM's ten "
                                                "weak-scaling runs (Narayanan et al. 2021, Table 1, A100s) computed, "
                                                "fitted through this model and interpolated by hidden size "

@@ -19,6 +19,9 @@ from demos.common.cluster_model import (
     model_state_bytes,
     step_time,
 )
+from records.inputs import declare
+
+INPUTS = declare(datasheets=["a100"])  # Selene's GPUs: the A100's peak, memory and NVLink figures
 
 MEGATRON_URL = "https://arxiv.org/abs/2104.04473"
 ZERO_URL = "https://arxiv.org/abs/1910.02054"
@@ -41,9 +44,12 @@ MEGATRON_TABLE2_PTDP = (
     (174.6, 96, 12288, 96, 8, 12, 1536, 1536, 141), (529.6, 128, 20480, 105, 8, 35, 560, 2240, 171),
     (529.6, 128, 20480, 105, 8, 35, 1120, 2240, 167), (529.6, 128, 20480, 105, 8, 35, 2240, 2240, 159),
 )
-# Selene: DGX A100 nodes, A100 dense BF16 peak 312 TFLOP/s (A100 datasheet), NVLink 3 600 GB/s total
-# (300 per direction), eight 200 Gb/s HDR InfiniBand NICs per node (25 GB/s per GPU); latencies as for H100.
-A100_SELENE = dict(peak_tflops=312.0, gpu_memory_gb=80.0, intra_bandwidth_gbs=300.0, inter_bandwidth_gbs=25.0)
+# Selene: DGX A100 nodes, A100 dense BF16 peak 312 TFLOP/s, 80 GB, NVLink 3 600 GB/s total (300 per direction;
+# all three from the A100 datasheet, records/datasheets.toml), eight 200 Gb/s HDR InfiniBand NICs per node
+# (25 GB/s per GPU: a NIC's line rate, a constant here as NDR's is in collectives.py); latencies as for H100.
+_A100 = INPUTS.datasheet("a100")
+A100_SELENE = dict(peak_tflops=float(_A100["tflops"]["bfloat16"]), gpu_memory_gb=float(_A100["memory_gb"]),
+                   intra_bandwidth_gbs=float(_A100["nvlink_gbps"]), inter_bandwidth_gbs=200 / 8)
 
 
 def megatron_config(row, compute_efficiency: float | None = None) -> Config:

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from records.inputs import declare
+
+INPUTS = declare(datasheets=["h100"])  # the NVLink figure of the intra-node link preset
+
 GB = 1e9  # decimal gigabytes, as datasheets count
 US = 1e-6
 
@@ -34,13 +38,21 @@ class Link:
         return 1.0 / (self.bandwidth_gbs * GB)
 
 
+_NVLINK_GBS = INPUTS.datasheet("h100")["nvlink_gbps"]  # per direction, records/datasheets.toml
+
+# InfiniBand NDR is a NIC's line rate (400 Gb/s / 8 bits), not a GPU's datasheet figure: it stays a
+# documented constant of this model rather than an entry of records/datasheets.toml, whose entries are
+# device classes that records are made on (the check, the roofline table and the device tabs read them all).
+IB_NDR_GBS = 400 / 8
+
 LINKS = {
     "nvlink4_h100": Link(
-        "NVLink 4 (H100 SXM)", 450.0, 3.0,
-        "NVIDIA H100 Tensor Core GPU datasheet: 900 GB/s total NVLink bandwidth per GPU, i.e. ~450 GB/s per "
-        "direction. alpha = 3 us is an ASSUMPTION (order of NCCL's small-message latency inside a node)."),
+        "NVLink 4 (H100 SXM)", _NVLINK_GBS, 3.0,
+        f"NVIDIA H100 Tensor Core GPU datasheet: {2 * _NVLINK_GBS:g} GB/s total NVLink bandwidth per GPU, i.e. "
+        f"~{_NVLINK_GBS:g} GB/s per direction (records/datasheets.toml, nvlink_gbps). alpha = 3 us is an "
+        "ASSUMPTION (order of NCCL's small-message latency inside a node)."),
     "ib_ndr400": Link(
-        "InfiniBand NDR 400 Gb/s, one NIC per GPU", 50.0, 5.0,
+        "InfiniBand NDR 400 Gb/s, one NIC per GPU", IB_NDR_GBS, 5.0,
         "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s = 50 GB/s per direction per GPU (DGX H100 has one NIC per "
         "GPU). alpha = 5 us is an ASSUMPTION (a few microseconds across a switch)."),
 }

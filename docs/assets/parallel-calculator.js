@@ -22,6 +22,11 @@
 // Config defaults (ParallelCalc.DEFAULTS). The results have the Python dicts' keys. An invalid
 // configuration throws an Error whose message is the one Python's ValueError carries.
 //
+// The chip figures (the H100's memory, dense BF16 peak and NVLink bandwidth) are not typed here: they come
+// from window.MM_DATASHEETS, assets/datasheets.js, which the site build generates from records/datasheets.toml
+// and loads first. InfiniBand NDR (a NIC's line rate) and the latencies are constants of the model, as in
+// collectives.py.
+//
 // Everything runs in the page: no library, no request.
 (function () {
   "use strict";
@@ -29,9 +34,13 @@
   const GB = 1e9;
   const US = 1e-6;
 
+  const SHEETS = window.MM_DATASHEETS;
+  if (!SHEETS) throw new Error("parallel-calculator.js: load assets/datasheets.js (window.MM_DATASHEETS) first");
+  const H100 = SHEETS.h100;  // cluster_config.Config's default hardware
+
   const LINKS = {
-    nvlink4_h100: { name: "NVLink 4 (H100 SXM)", bandwidth_gbs: 450.0, alpha_us: 3.0 },
-    ib_ndr400: { name: "InfiniBand NDR 400 Gb/s, one NIC per GPU", bandwidth_gbs: 50.0, alpha_us: 5.0 },
+    nvlink4_h100: { name: "NVLink 4 (H100 SXM)", bandwidth_gbs: H100.nvlink_gbps, alpha_us: 3.0 },
+    ib_ndr400: { name: "InfiniBand NDR 400 Gb/s, one NIC per GPU", bandwidth_gbs: 400 / 8, alpha_us: 5.0 },
   };
 
   // Llama-2-7B and Llama-2-70B (cluster_model.MODELS)
@@ -51,7 +60,7 @@
     seq_len: 4096, microbatch_size: 1, microbatches: 8,
     tp: 1, pp: 1, dp: 1, zero_stage: 0, sequence_parallel: true, recompute: "none", schedule: "1f1b",
     interleave: 1, overlap_dp: false,
-    gpus_per_node: 8, gpu_memory_gb: 80.0, peak_tflops: 989.0, compute_efficiency: null,
+    gpus_per_node: 8, gpu_memory_gb: H100.memory_gb, peak_tflops: H100.tflops.bfloat16, compute_efficiency: null,
     intra_bandwidth_gbs: LINKS.nvlink4_h100.bandwidth_gbs, intra_alpha_us: LINKS.nvlink4_h100.alpha_us,
     inter_bandwidth_gbs: LINKS.ib_ndr400.bandwidth_gbs, inter_alpha_us: LINKS.ib_ndr400.alpha_us,
   };
@@ -465,6 +474,11 @@
         $(id).addEventListener("input", () => { $(selectId).value = "custom"; });
       }
     }
+    // The hardware fields start at the defaults (the datasheet's figures; the page types none).
+    setPreset(root, "pc-intra-link", LINKS, INTRA_FIELDS);
+    setPreset(root, "pc-inter-link", LINKS, INTER_FIELDS);
+    $("pc-gpu-memory").value = String(DEFAULTS.gpu_memory_gb);
+    $("pc-peak-tflops").value = String(DEFAULTS.peak_tflops);
     root.addEventListener("input", () => update(root));
     root.addEventListener("change", () => update(root));
     root.addEventListener("submit", (e) => e.preventDefault());
