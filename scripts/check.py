@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from records import catalog, datasheets, devices, plausibility, record
 from records.errors import OneLineParser
 from records.paths import REPO_ROOT, RESULTS_DIR

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import markdown
 
 from conftest import REPO, make_record
-from website import render
+from website import render, search
 from website.site_pages import mkdocs_config
 from website.markers import find, parse
 
@@ -209,7 +209,7 @@ def test_search_exclusions_wrap_measured_blocks_without_nesting_the_same_tag():
 
     out = page("## Questions\n\nWhy? (easy)\n\n## Measured\n\n{{ results kernel_fusion }}\n\n### A demo\n\n"
                "Prose about it.\n\n## Further reading\n\n- A paper.\n", {"cpu": make_record()})
-    html = render.exclude_measured_from_search(site_markdown(out))
+    html = search.exclude_measured_from_search(site_markdown(out))
     parser = Parser()
     parser.feed(html)
     parser.close()

@@ -28,7 +28,7 @@ import markdown as python_markdown  # noqa: E402
 from records import catalog  # noqa: E402
 from records.paths import REPO_ROOT  # noqa: E402
 from records.record import RecordError  # noqa: E402
-from website import render, site_pages  # noqa: E402
+from website import notebooks, render, search, site_pages  # noqa: E402
 from website.markers import MarkerError  # noqa: E402
 
 TOPIC_SEARCH_BOOST = 4
@@ -58,7 +58,7 @@ def on_files(files, config):
             files.append(File(src_uri, src_dir=str(REPO_ROOT), dest_dir=config["site_dir"],
                               use_directory_urls=config["use_directory_urls"]))
             # a notebook that runs in a fresh Jupyter: kernelspec, a setup cell, a last cell keeping the record
-            notebook = render.downloadable_notebook(demo, jupytext.writes(jupytext.read(demo.path), fmt="ipynb"))
+            notebook = notebooks.downloadable_notebook(demo, jupytext.writes(jupytext.read(demo.path), fmt="ipynb"))
             files.append(File.generated(config, src_uri.removesuffix(".py") + ".ipynb", content=notebook))
         for path, svg in render.plot_files({demo: catalog.load_records(demo) for demo in catalog.discover()}):
             files.append(File.generated(config, path, content=svg))
@@ -96,22 +96,22 @@ def on_page_markdown(markdown, page, config, files):
 
 def on_page_content(html, page, config, files):
     html = site_pages.first_use_tooltips(html)
-    demo = render.demo_of_page(page.file.src_uri)
+    demo = notebooks.demo_of_page(page.file.src_uri)
     if demo is None:
-        return render.exclude_measured_from_search(html)  # the index holds what pages say, not record data
-    html = render.without_remote_scripts(html)  # nbconvert's template would import mermaid from a CDN
+        return search.exclude_measured_from_search(html)  # the index holds what pages say, not record data
+    html = notebooks.without_remote_scripts(html)  # nbconvert's template would import mermaid from a CDN
     # A notebook page is not indexed for search: its code is not prose, and its prose repeats the topic
     # page that links to it, which is the page a search should find.
     page.meta["search"] = {"exclude": True}
-    html = render.demo_page_outputs(demo, page.file.src_uri) + html  # the committed run's output, from its records
+    html = notebooks.demo_page_outputs(demo, page.file.src_uri) + html  # the committed run's output, from its records
     edit_uri = config.get("edit_uri") or ""
     if edit_uri.endswith("/docs/"):  # the demo lives outside docs/, so "edit this page" must point there
         page.edit_url = edit_uri.removesuffix("docs/") + page.file.src_uri
-    return render.demo_page_header(demo, page.file.src_uri) + html
+    return notebooks.demo_page_header(demo, page.file.src_uri) + html
 
 
 @event_priority(-100)  # after the theme's search plugin has written the index
 def on_post_build(config):
     index = Path(config["site_dir"]) / "search" / "search_index.json"
     if index.exists():
-        index.write_text(render.slim_search_index(index.read_text(encoding="utf-8")), encoding="utf-8")
+        index.write_text(search.slim_search_index(index.read_text(encoding="utf-8")), encoding="utf-8")

@@ -229,7 +229,7 @@ BALANCE_DEVICES = ("h100", "h200")
 def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
     """The first {{ metric }} marker of a Markdown fragment whose device has a record: (the marker, the
     metric's label from that record), or None when the fragment quotes no measured number."""
-    from records import catalog, datasheets, devices
+    from records import catalog
     from website.markers import find
 
     for m in find(answer):
@@ -247,7 +247,7 @@ def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
 
 def machine_balance() -> str:
     """FLOPs per byte at the ridge of the roofline, computed from records/datasheets.toml."""
-    from records import catalog, datasheets, devices
+    from records import datasheets
 
     sheets = datasheets.sheets()
     rows = []
@@ -373,7 +373,7 @@ def glossary_table(docs: Path = DOCS) -> str:
 def measurement_status() -> str:
     """How many demos have records on each device class, and how many of those are fresh: the home page's
     one-line answer to 'is this measured on a GPU yet?'."""
-    from records import catalog, datasheets, devices
+    from records import catalog, devices
 
     demos = catalog.discover()
     per_class: dict[str, list[str]] = {}

@@ -1,0 +1,84 @@
+"""What a reader's browser searches: measured blocks stay out of the search index (it then holds what the
+pages say, and stays small), and the theme's index is slimmed. The MkDocs hook calls both."""
+
+from __future__ import annotations
+
+import re
+
+# -- what a candidate's browser loads and finds (issue 16) --------------------------------------------
+# A measured block (the device tabs of a {{ results }} marker, an artifact from a record) is data, not
+# prose: it stays out of the search index, which then holds what the pages say, and stays small.
+_MEASURED_START = re.compile(r'<div class="tabbed-set\b|<details class="example"(?=[^>]*>\s*<summary>[^<]*from the record)')
+_OPEN_CLOSE = {"div": re.compile(r"<div\b|</div>"), "details": re.compile(r"<details\b|</details>")}
+
+
+def _element_end(html_text: str, start: int, tag: str) -> int:
+    """Where the element opened at ``start`` closes (just after its end tag), counting nested ones."""
+    depth = 0
+    for m in _OPEN_CLOSE[tag].finditer(html_text, start):
+        depth += 1 if m.group(0)[1] != "/" else -1
+        if depth == 0:
+            return m.end()
+    return len(html_text)
+
+
+def exclude_measured_from_search(html_text: str) -> str:
+    """Wrap every results tab set that carries a record (its badge) and every record artifact in a
+    <section data-search-exclude> (read by the theme's search plugin, which then removes the attribute).
+    A wrapper, not the attribute on the div itself: the plugin compares elements by tag, so an excluded
+    div would stop being excluded at the first nested </div>."""
+    out, pos = [], 0
+    for m in _MEASURED_START.finditer(html_text):
+        if m.start() < pos:
+            continue  # inside a block already wrapped
+        tag = "div" if m.group(0).startswith("<div") else "details"
+        end = _element_end(html_text, m.start(), tag)
+        if tag == "div" and "mm-badge" not in html_text[m.start():end]:
+            continue
+        out.append(html_text[pos:m.start()])
+        out.append(f'<section class="mm-measured" data-search-exclude="measured">{html_text[m.start():end]}</section>')
+        pos = end
+    html_text = "".join(out) + html_text[pos:]
+    # the Measured section's text explains the records on the page: its headings stay searchable (they
+    # name each demo), the text between them does not (the answers above it say what it found). An
+    # <aside>, not a <section>: a wrapped tab set inside is a <section>, and the plugin compares by tag.
+    measured = re.search(r'<h2 id="measured">.*?</h2>', html_text, re.S)
+    if measured:
+        end = html_text.find("<h2 ", measured.end())
+        end = len(html_text) if end < 0 else end
+        chunks = re.split(r"(<h3\b.*?</h3>)", html_text[measured.end():end], flags=re.S)
+        region = "".join(c if c.startswith("<h3") or not c.strip()
+                         else f'<aside class="mm-search-skip" data-search-exclude="measured">{c}</aside>' for c in chunks)
+        html_text = html_text[:measured.end()] + region + html_text[end:]
+    # a page's further reading is titles of papers and docs: found on the page, not by the site's search
+    reading = re.search(r'<h2 id="further-reading">.*?</h2>', html_text)
+    if reading:
+        html_text = (html_text[:reading.end()] + '<aside class="mm-search-skip" data-search-exclude="reading">'
+                     + html_text[reading.end():] + "</aside>")
+    # claim verdicts (an expression and its chips), the code link above a results block and the
+    # "not yet measured" notes are data about the page's numbers, not prose to search
+    html_text = re.sub(r'<span class="(mm-claim-expr|mm-claim )', r'<span data-search-exclude="claim" class="\1', html_text)
+    html_text = html_text.replace('<p class="mm-pending-note">', '<p data-search-exclude="note" class="mm-pending-note">')
+    return re.sub(r"<p>(The code that produced these numbers: )", r'<p data-search-exclude="link">\1', html_text)
+
+
+QUESTION_SEARCH_BOOST = 3
+_BLOCK_TAGS = re.compile(r"\s*</?(?:p|ul|ol|li)>\s*")
+_INLINE_TAGS = re.compile(r"</?(?:code|sub|sup)>")
+
+
+def slim_search_index(index_json: str) -> str:
+    """The theme's search index, smaller and the same to search: a page's tags stay on the page's own
+    entry (not copied onto each of its sections); paragraph and list tags become spaces and inline
+    code tags go (the result list shows the words, not their formatting)."""
+    import json
+
+    index = json.loads(index_json)
+    for doc in index["docs"]:
+        if "#" in doc["location"]:
+            doc.pop("tags", None)
+        if re.match(r"topics/[^#]*#(questions|30-second-answer)$", doc["location"]):
+            # a topic's questions and short answers: the words a candidate searches for
+            doc["boost"] = QUESTION_SEARCH_BOOST * doc.get("boost", 1)
+        doc["text"] = _INLINE_TAGS.sub("", _BLOCK_TAGS.sub(" ", doc["text"])).strip()
+    return json.dumps(index, ensure_ascii=False, separators=(",", ":"))
