@@ -13,7 +13,7 @@ from pathlib import Path
 
 from exercises import EXERCISES, folder, grader
 from records.errors import OneLineParser, fail
-from exercises._grading import Grader, describe, load_solution, shown
+from exercises._grading import Grader, describe, shown
 
 
 def listing() -> str:

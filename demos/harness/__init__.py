@@ -4,13 +4,12 @@ One module, one job:
 
 - ``cli``        command-line options of every demo, one-line errors for bad input (exit 2)
 - ``device``     device selection (auto|cpu|cuda), device class, synchronisation, L2 flush
-- ``timing``     the timing protocol: first call, warm-up, repeats, median and spread
+- ``timing``     the timing protocol and its version: first call, warm-up, repeats, median and spread
 - ``ceilings``   what this machine can do, measured in the same run (copy bandwidth, matmul)
+- ``threads``    the CPU thread policy (PyTorch, BLAS, XLA, ONNX Runtime sessions)
 - ``provenance`` versions, machine, git state: where a number came from
-- ``digest``     the source digest that decides whether a record is fresh
-- ``record``     the result record: schema, validation, atomic write
-- ``run``        ``start()``: ties the above together for a demo
+- ``run``        ``start()``: ties the above together for a demo, and writes its record
 
-This package file imports nothing heavy on purpose: the check command reads records and digests
-without importing torch.
+The record itself (schema, digest, freshness, atomic write) belongs to the record core, ``records/``,
+which the harness writes through. This package file imports nothing heavy on purpose.
 """
