@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 import tarfile
 import time
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import REPO, make_record
 from records import catalog
+from records.paths import RESULTS_DIR
 from scripts import gpu_campaign, gpu_unpack
 
 # A stand-in demo writes a small JSON "record" with the hash of its own file (what the freshness rule
@@ -54,19 +56,17 @@ def _stand_ins(tmp_path, monkeypatch, estimates: dict[str, float], behaviours: d
     monkeypatch.setenv("STEP_LOG", str(tmp_path / "steps"))
     monkeypatch.setenv("CAMPAIGN_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("SEEN", str(tmp_path / "seen"))
-    monkeypatch.setattr(gpu_campaign, "ESTIMATES_S", {k: (v, "test") for k, v in estimates.items()})
-    monkeypatch.setattr(gpu_campaign, "PROCESS_START_S", 0.0)
+    monkeypatch.setattr(gpu_campaign, "ESTIMATES", {**gpu_campaign.ESTIMATES, "process_start_s": 0.0, "demos": estimates})
     monkeypatch.setattr(gpu_campaign, "gpu_marker_counts", lambda: {})
 
-    def fresh_if_same_code(demo, device_class, folders):  # stand-ins are no harness demos: compare file hashes
-        for folder in folders:
-            path = Path(folder) / demo.name / f"{device_class}.json"
-            if path.exists():
-                code = hashlib.sha256(demo.path.read_bytes()).hexdigest()
-                return "fresh" if json.loads(path.read_text())["digest"] == code else "stale"
-        return "missing"
+    def fresh_if_same_code(demo, device_class, folder):  # stand-ins are no harness demos: compare file hashes
+        path = Path(folder) / demo.name / f"{device_class}.json"
+        if not path.exists():
+            return "missing"
+        code = hashlib.sha256(demo.path.read_bytes()).hexdigest()
+        return "fresh" if json.loads(path.read_text())["digest"] == code else "stale"
 
-    monkeypatch.setattr(gpu_campaign, "freshness", fresh_if_same_code)
+    monkeypatch.setattr(catalog, "record_freshness", fresh_if_same_code)
 
 
 def _campaign(tmp_path, *extra) -> int:
@@ -100,6 +100,7 @@ def test_the_records_archive_is_rewritten_after_every_demo(tmp_path, monkeypatch
         ["logs.tar.gz", "preflight.json", "records.tar.gz", "summary.json", "summary.md"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["commit"] == "abc1234" and summary["device_class"] == "cpu"
+    assert summary["estimates_file"] == "scripts/gpu_estimates.toml"
     assert "| first | ok |" in (tmp_path / "out" / "summary.md").read_text()
     preflight = json.loads((tmp_path / "out" / "preflight.json").read_text())
     assert preflight["packages"]["torch"] and preflight["wall_s"] < 30 and "missing_packages" in preflight
@@ -142,15 +143,23 @@ def test_a_second_call_runs_only_what_is_missing_or_stale(tmp_path, monkeypatch)
 
 
 def test_campaign_freshness_reads_the_real_rule(tmp_path):
-    demo = catalog.discover()["kernel_fusion"]
-    assert gpu_campaign.freshness(demo, "h100", [tmp_path / "a", tmp_path / "b"]) == "missing"
-    rec = make_record(device_class="h100", source_digest=demo.digest("h100"))
-    rec["provenance"]["device_class"] = "h100"
+    """The plan asks records.catalog (no freshness rule of its own): a fresh record in any folder counts."""
+    demos = catalog.discover()
+    folders = [tmp_path / "a", tmp_path / "b"]
+
+    def row(name):
+        return gpu_campaign.plan(demos, "h100", folders, [name], force=False, model_cached=True)[0]
+
+    assert row("kernel_fusion").status == "" and row("kernel_fusion").reason == "record missing"
+    rec = make_record(device_class="h100", source_digest=demos["kernel_fusion"].digest("h100"))
     path = tmp_path / "b" / "kernel_fusion" / "h100.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(rec))
-    assert gpu_campaign.freshness(demo, "h100", [tmp_path / "a", tmp_path / "b"]) == \
-        catalog.record_freshness(demo, "h100", tmp_path / "b")
+    assert catalog.record_freshness(demos["kernel_fusion"], "h100", tmp_path / "b") == "fresh"
+    assert row("kernel_fusion").status == "fresh"
+    rec["source_digest"] = "sha256:" + "0" * 64  # made by other code
+    path.write_text(json.dumps(rec))
+    assert row("kernel_fusion").status == "" and row("kernel_fusion").reason == "record stale"
 
 
 def test_a_commit_that_is_no_hash_is_refused_up_front(tmp_path, capsys):
@@ -160,60 +169,106 @@ def test_a_commit_that_is_no_hash_is_refused_up_front(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_no_commit_is_one_line_and_exit_2(tmp_path, monkeypatch):
+def test_no_commit_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MM_SOURCE_COMMIT", raising=False)
-    monkeypatch.setattr(gpu_campaign, "resolve_commit", lambda asked: asked)
+    monkeypatch.setattr(gpu_campaign, "git_state", lambda: {"commit": None})  # a copy without .git
     with pytest.raises(SystemExit) as e:
         gpu_campaign.main(["--out", str(tmp_path / "out"), "--device", "cpu"])
-    assert e.value.code == 2
+    assert e.value.code == 2 and "expected a commit hash" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # --out is required unless --plan
+        gpu_campaign.main(["--commit", "abc1234", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--out" in err and err.strip().count("\n") == 0
 
 
-def test_every_demo_has_a_reasoned_gpu_estimate():
-    """A new demo declares its GPU time (and why) in ESTIMATES_S, so the campaign can plan a window."""
-    missing = set(catalog.discover()) - set(gpu_campaign.ESTIMATES_S)
-    assert not missing, f"add these demos to ESTIMATES_S in scripts/gpu_campaign.py: {sorted(missing)}"
-    assert all(seconds > 0 and len(how) > 20 for seconds, how in gpu_campaign.ESTIMATES_S.values())
+def test_every_demo_has_an_estimate_or_a_gpu_record():
+    """A new demo adds its line to scripts/gpu_estimates.toml (or has a GPU record), so the campaign never plans
+    it with the cautious default; a line for a demo that no longer exists is an error too."""
+    demos = catalog.discover()
+    table = gpu_campaign.ESTIMATES["demos"]
+    missing = [name for name in demos
+               if name not in table and gpu_campaign.last_gpu_wall_time(name, "h100", [RESULTS_DIR]) is None]
+    assert not missing, f"add these demos to scripts/gpu_estimates.toml ([demos] name = seconds): {missing}"
+    assert not set(table) - set(demos), f"no such demos: {sorted(set(table) - set(demos))}"
+    assert all(isinstance(s, (int, float)) and s > 0 for s in table.values())
+    for key in ("process_start_s", "t6_training_s", "default_s"):
+        assert gpu_campaign.ESTIMATES[key] > 0
+    assert all(share > 0 for share in gpu_campaign.ESTIMATES["import_start_s"].values())
 
 
-def test_the_budget_table_uses_a_measured_wall_time_and_its_parts(tmp_path, monkeypatch):
+def test_the_campaign_reads_in_one_sitting():
+    """The campaign is code (its estimates are data in scripts/gpu_estimates.toml): at most 300 lines."""
+    lines = Path(gpu_campaign.__file__).read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"scripts/gpu_campaign.py has {lines} lines; keep it at most 300"
+
+
+def test_a_measured_wall_time_and_its_parts_replace_the_estimate(tmp_path, capsys):
     rec = _gpu_record(wall_time_s=30.0)
     rec["wall_time_parts"] = {"startup_s": 4.0, "ceilings_s": 2.0, "first_calls_s": 20.0, "timed_s": 5.0, "other_s": 3.0}
     (tmp_path / "kernel_fusion").mkdir()
     (tmp_path / "kernel_fusion" / "h100.json").write_text(json.dumps(rec))
     seconds, how = gpu_campaign.last_gpu_wall_time("kernel_fusion", "h100", [tmp_path])
-    assert seconds + gpu_campaign.PROCESS_START_S == pytest.approx(34.0)  # wall time plus the measured start-up
+    assert seconds == pytest.approx(34.0)  # wall time plus the measured start-up
     assert "first calls 20 s" in how
-    table = gpu_campaign.estimates_table("h100", [tmp_path])
-    assert "| kernel_fusion | 34 | measured" in table
-    assert table.startswith("**The whole GPU campaign:") and "1 of" in table
+    demo = catalog.discover()["kernel_fusion"]
+    assert gpu_campaign.estimate(demo, "h200", [tmp_path], True)[0] == pytest.approx(34.0)  # any GPU class serves
+    assert gpu_campaign.main(["--plan", "--only", "kernel_fusion", "--published-dir", str(tmp_path),
+                              "--staging", str(tmp_path / "staging")]) == 0
+    out = capsys.readouterr().out
+    assert "| kernel_fusion | first call |  | 34 (measured: record h100.json" in out  # the record is stale: re-run
+
+
+def test_plan_prints_every_demo_the_total_and_the_calls_without_a_gpu(tmp_path, capsys):
+    """`--plan` (no GPU, no --out): every demo in the campaign's order with its time, the total and the number
+    of 9-minute calls; those that fit in the first call at --budget-min are marked."""
+    assert gpu_campaign.main(["--plan", "--staging", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r[0].strip("| ") for r in sorted(rows)] == sorted(catalog.discover())
+    assert {r[1] for r in rows} <= {"first call", "later", "fresh"} and any(r[1] == "first call" for r in rows)
+    assert re.search(r"estimated GPU time of every demo this call had to run: [0-9.]+ min, about \d+ call\(s\) of 9 min",
+                     out)
+    first = sum(float(r[3].split()[0]) for r in rows if r[1] == "first call")
+    assert first <= 8.5 * 60
+    assert gpu_campaign.main(["--plan", "h200", "--budget-min", "0.1", "--only", "kernel_fusion,autotune",
+                              "--staging", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "class h200" in out and "remaining (budget): " in out and "| kernel_fusion | later |" in out
 
 
 def test_process_start_counts_the_packages_a_demo_imports(tmp_path):
     """A demo's estimated start adds an import share only for the packages its own code (or a local helper
-    it imports) imports; the harness's imports are in the base; the table's estimate uses it."""
-    base, jax_share = gpu_campaign.PROCESS_START_S, gpu_campaign.IMPORT_START_S["jax"][0]
-    assert gpu_campaign.process_start_s("jax_lowering") == (base + jax_share, ["jax"])
-    assert gpu_campaign.process_start_s("layout_and_padding") == (base, [])  # torch only
-    assert "sklearn" in gpu_campaign.process_start_s("distillation")[1]  # through demos/t5_compression/_model.py
-    assert gpu_campaign.process_start_s("no_such_demo") == (base, [])
-    seconds, source = gpu_campaign.estimate("jax_lowering", "h100", [tmp_path])  # no GPU record there
-    assert source == "table"
-    assert seconds == pytest.approx(gpu_campaign.ESTIMATES_S["jax_lowering"][0] + base + jax_share)
+    it imports) imports; the harness's imports are in the base."""
+    demos, est = catalog.discover(), gpu_campaign.ESTIMATES
+    base, jax_share = est["process_start_s"], est["import_start_s"]["jax"]
+    assert gpu_campaign.estimate(demos["jax_lowering"], "h100", [tmp_path], True) == \
+        (est["demos"]["jax_lowering"] + base + jax_share, "estimated (start with jax)")
+    assert gpu_campaign.estimate(demos["layout_and_padding"], "h100", [tmp_path], True) == \
+        (est["demos"]["layout_and_padding"] + base, "estimated")  # torch only
+    assert "sklearn" in gpu_campaign.estimate(demos["distillation"], "h100", [tmp_path], True)[1]  # via _model.py
+    (tmp_path / "topic").mkdir()
+    (tmp_path / "topic" / "no_such_demo.py").write_text("import json\n")
+    stray = catalog.Demo("no_such_demo", tmp_path / "topic" / "no_such_demo.py", "topic.no_such_demo")
+    assert gpu_campaign.estimate(stray, "h100", [tmp_path], True) == (est["default_s"] + base, "estimated")
 
 
-def test_the_t6_training_is_charged_to_the_demos_whose_code_trains_the_model(tmp_path, monkeypatch):
-    """Read from the code (a call to trained_models), not a hand-kept list: paged_kv was once missed."""
-    assert gpu_campaign.trains_t6_model("paged_kv") and gpu_campaign.trains_t6_model("speculative")
-    assert not gpu_campaign.trains_t6_model("prefill_decode")  # random weights, no training
-    assert not gpu_campaign.trains_t6_model("kernel_fusion") and not gpu_campaign.trains_t6_model("no_such_demo")
-    monkeypatch.setattr(gpu_campaign, "T6_MODEL_CACHE", tmp_path / "models")  # an empty cache: training owed
-    with_training, source = gpu_campaign.estimate("paged_kv", "h100", [tmp_path])
-    assert source == "table + T6 model training"
-    assert with_training == pytest.approx(gpu_campaign.ESTIMATES_S["paged_kv"][0]
-                                          + gpu_campaign.process_start_s("paged_kv")[0] + gpu_campaign.T6_TRAINING_S[0])
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "full-target.pt").write_bytes(b"")  # a trained model on the machine: none owed
-    assert gpu_campaign.estimate("paged_kv", "h100", [tmp_path])[1] == "table"
+def test_the_t6_training_is_charged_to_the_demos_whose_code_trains_the_model(tmp_path):
+    """Read from the code (a call to trained_models), not a hand-kept list: paged_kv was once missed. A plan
+    charges the training once: whichever demo trains the model first, the others find it cached."""
+    demos = catalog.discover()
+
+    def source(name, cached=False):
+        return gpu_campaign.estimate(demos[name], "h100", [tmp_path], cached)[1]
+
+    assert "+ T6 model training" in source("paged_kv") and "+ T6 model training" in source("speculative")
+    assert "training" not in source("prefill_decode")  # random weights, no training
+    assert "training" not in source("kernel_fusion") and "training" not in source("paged_kv", cached=True)
+    trained = gpu_campaign.estimate(demos["paged_kv"], "h100", [tmp_path], False)[0]
+    assert trained == pytest.approx(gpu_campaign.estimate(demos["paged_kv"], "h100", [tmp_path], True)[0]
+                                    + gpu_campaign.ESTIMATES["t6_training_s"])
+    rows = gpu_campaign.plan(demos, "h100", [tmp_path], ["kv_cache", "paged_kv", "speculative"], False, False)
+    assert sorted("+ T6 model train" + r.estimate_from.split("+ T6 model train")[1] for r in rows) == \
+        ["+ T6 model trained by an earlier demo"] * 2 + ["+ T6 model training"]
 
 
 def test_gpu_markers_put_pages_with_gpu_claims_first():
@@ -306,3 +361,18 @@ def test_a_campaign_stopped_from_outside_says_what_finished_and_what_remains(tmp
     assert summary["remaining"] == ["second", "third"]
     with tarfile.open(tmp_path / "out" / "records.tar.gz") as t:
         assert t.getnames() == ["docs/results/first/cpu.json"]
+
+
+def test_the_campaign_applies_the_publication_gate_to_what_a_demo_wrote(tmp_path, record_factory):
+    """A GPU record above its datasheet is flagged in the summary, by the same gate as the check and unpack."""
+    demos = catalog.discover()
+    good = record_factory(device_class="h100")
+    bad = record_factory(device_class="h100")
+    bad["metrics"]["chain.eager.gbps"].update(value=99999.0, fraction_of_ceiling=99999.0 / 20.0)
+    for folder, rec in (("good", good), ("bad", bad)):
+        path = tmp_path / folder / "kernel_fusion" / "h100.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(rec))
+    assert gpu_campaign.gate(demos, "kernel_fusion", "h100", tmp_path / "good") == []
+    problems = gpu_campaign.gate(demos, "kernel_fusion", "h100", tmp_path / "bad")
+    assert any("exceeds the H100 datasheet memory bandwidth" in p for p in problems), problems
