@@ -118,7 +118,7 @@ run.metric("candidate.gbps", moved / timing.median_s / 1e9, "GB/s", cache_reside
 run.save()
 '''
 
-TEST = '''"""The {demo} demo at its tiny size: its checks pass and its results say what the page claims."""
+TEST = '''"""The {demo} demo at its tiny size: what its checks observed, and its results say what the page claims."""
 
 import pytest
 
@@ -129,8 +129,10 @@ pytestmark = pytest.mark.slow
 tiny = demo_record("{module}")
 
 
-def test_every_check_passed(tiny):
-    assert tiny["checks"] and all(c["passed"] for c in tiny["checks"])
+def test_the_candidate_matches_its_reference(tiny):
+    # the demo saved, so its checks passed; this asserts what they observed (TODO: this topic's own checks)
+    check = next(c for c in tiny["checks"] if c["name"] == "candidate")
+    assert check["max_abs_err"] <= check["atol"] + check["rtol"] * 4  # |a + b| of two normals: a few units
 
 
 def test_the_result_the_page_rests_on(tiny):
@@ -199,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     # created is removed and mkdocs.yml restored, so a failed scaffold leaves the repository as it was.
     mkdocs_yml = REPO_ROOT / "mkdocs.yml"
     nav_before = mkdocs_yml.read_text(encoding="utf-8")
+    estimates = REPO_ROOT / "scripts" / "gpu_estimates.toml"  # the GPU campaign plans from a line per demo
+    estimates_before = estimates.read_text(encoding="utf-8")
     created: list[Path] = [p for p in (page.parent, topic_dir, topic_dir / "__init__.py") if not p.exists()]
     record_dir = RESULTS_DIR / args.demo
     try:
@@ -210,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             created.append(path)
             print(f"created {path.relative_to(REPO_ROOT)}")
         add_to_nav(mkdocs_yml, args.title, f"topics/{page.name}", demo.relative_to(REPO_ROOT).as_posix())
+        estimates.write_text(estimates_before.rstrip("\n") + f"\n{args.demo} = 30  # TODO: its GPU time at the full "
+                             "size (compiles, timed work, host work)\n", encoding="utf-8")
         print("running the demo once for its CPU record ...")
         proc = subprocess.run([sys.executable, "-m", module, "--device", "cpu"], cwd=REPO_ROOT)
         if proc.returncode != 0:
@@ -222,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.unlink(missing_ok=True)
         shutil.rmtree(record_dir, ignore_errors=True)
         mkdocs_yml.write_text(nav_before, encoding="utf-8")
+        estimates.write_text(estimates_before, encoding="utf-8")
         if isinstance(e, KeyboardInterrupt):
             raise
         fail(f"scaffold undone, nothing was left behind: {e}")

@@ -21,7 +21,8 @@ def repo_copy(tmp_path):
     repository stays clean and other topics' work in progress cannot interfere."""
     copy = tmp_path / "repo"
     skip = shutil.ignore_patterns("__pycache__", "topics", "results")
-    for name in ("scripts", "docs", "overrides", "tests", "demos/harness", "demos/common", "exercises"):
+    for name in ("records", "website", "scripts", "docs", "overrides", "tests", "demos/harness", "demos/common",
+                 "exercises"):
         shutil.copytree(REPO / name, copy / name, ignore=skip)
     for name in ("demos/__init__.py", "mkdocs.yml"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +48,7 @@ def test_scaffold_then_check_passes_with_todos(repo_copy):
         assert (repo_copy / path).exists(), path
     nav = (repo_copy / "mkdocs.yml").read_text()
     assert "topics/benchmarking.md" in nav and "demos/t10_benchmarking/timing_discipline.py" in nav
+    assert "\ntiming_discipline = " in (repo_copy / "scripts" / "gpu_estimates.toml").read_text()  # the campaign's plan
 
     checked = run(repo_copy, "scripts.check")
     assert checked.returncode == 0, checked.stderr
