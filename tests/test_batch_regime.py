@@ -11,8 +11,9 @@ tiny = demo_record("demos.t4_hardware.batch_regime")
 
 
 def test_runtimes_checked(tiny):
-    names = {c["name"] for c in tiny["checks"] if c["passed"]}
-    assert {"ort.batch1", "torch.batch1", "ort.batch64", "torch.batch64"} <= names
+    checks = {c["name"]: c for c in tiny["checks"]}
+    for name in ("ort.batch1", "torch.batch1", "ort.batch64", "torch.batch64"):
+        assert checks[name]["max_abs_err"] < 1e-5, checks[name]  # float32 on both runtimes
 
 
 def test_knee_is_batch1_time_over_marginal_row_time(tiny):

@@ -22,13 +22,14 @@ def collectives(record, case):
 
 def test_every_sharding_equals_the_reference(tiny_record):
     checks = {c["name"]: c for c in tiny_record["checks"]}
-    assert checks["host_devices"]["passed"]
-    for name in ("unsharded", "megatron", "wrong.w2_columns", "wrong.w1_rows", "mesh2d", "megatron.shards"):
-        assert checks[name]["passed"], checks[name]
-    for case in ("megatron.grad", "mesh2d.grad"):
-        for grad in ("dx", "dw1", "dw2"):
-            assert checks[f"{case}.{grad}"]["passed"], checks[f"{case}.{grad}"]
-    assert all(c["passed"] for c in tiny_record["checks"])
+    assert "sees 8 cpu device(s)" in checks["host_devices"]["detail"]
+    names = ["unsharded", "megatron", "wrong.w2_columns", "wrong.w1_rows", "mesh2d"]
+    names += [f"{case}.{grad}" for case in ("megatron.grad", "mesh2d.grad") for grad in ("dx", "dw1", "dw2")]
+    for name in names:  # a wrong sharding changes the collectives, never the answer
+        assert checks[name]["max_abs_err"] < 1e-4, checks[name]
+    # Megatron's split of the tiny MLP (hidden 64, FFN 256) over 8 devices: W1's columns, W2's rows
+    assert checks["megatron.shards"]["detail"] == (
+        "each of the 8 devices holds W1 (64, 32) of (64, 256) and W2 (32, 64) of (256, 64)")
 
 
 def test_megatron_forward_is_one_all_reduce_of_the_output(tiny_record):

@@ -22,8 +22,10 @@ def test_every_variant_matches_the_float64_reference(tiny_record):
         for variant in ("eager", "compiled", "triton"):
             for shape in ("64x256", "37x1000"):  # the smallest size, and the ragged shape that exercises masks
                 name = f"{chain}.{variant}.{shape}"
-                assert checks[name]["passed"] and checks[name]["max_abs_err"] < 1e-4, checks[name]
-    assert all(c["passed"] for c in checks.values())
+                assert checks[name]["max_abs_err"] < 1e-4, checks[name]
+    # elementwise chains in float32: every variant within the absolute tolerance alone (a few ulps), never
+    # needing the relative term
+    assert all(c["max_abs_err"] <= c["atol"] for c in checks.values())
 
 
 def test_triton_is_checked_but_not_timed_on_cpu(tiny_record):

@@ -19,7 +19,8 @@ def test_all_variants_correct(tiny_record):
     assert {"conv.channels-first", "conv.channels-last", "conv.NCHW", "matmul.odd", "matmul.multiple_of_8",
             "matmul.multiple_of_64", "matmul.odd.padded_once_ahead", "gemv.unpadded", "gemv.weights_padded_once_ahead",
             "gemv.weights_padded_on_every_call"} <= names
-    assert all(c["passed"] for c in tiny_record["checks"])
+    # float32 everywhere: far inside the demo's 1e-3 tolerance (which leaves room for TF32/bf16 on a GPU)
+    assert all(c["max_abs_err"] < 1e-4 for c in tiny_record["checks"])
 
 
 def test_layouts_as_intended(tiny_record):

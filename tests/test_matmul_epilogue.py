@@ -19,7 +19,8 @@ tiny = demo_record("demos.t3_compiler.matmul_epilogue",
 def test_every_version_checked(tiny):
     names = {c["name"] for c in tiny["checks"]}
     assert {"separate", "library_bias", "compiled", "triton_fused.ragged"} <= names
-    assert all(c["passed"] for c in tiny["checks"])
+    # float32 on the CPU: every version within float32 rounding of float64, far inside the demo's 1e-4
+    assert all(c["max_abs_err"] < 1e-5 for c in tiny["checks"]), tiny["checks"]
 
 
 def test_triton_timing_not_run_on_cpu(tiny):

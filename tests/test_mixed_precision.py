@@ -12,8 +12,13 @@ rec = demo_record("demos.t8_training.mixed_precision")
 
 
 
-def test_every_check_passed(rec):
-    assert all(c["passed"] for c in rec["checks"]) and len(rec["checks"]) >= 5
+def test_gradscaler_halves_its_scale_on_each_skipped_step(rec):
+    # the scale before each step: 2^28 at the start, then halved after every overflowing step, never grown
+    # (growth_interval 2000 is longer than the run); the last step's own halving is not in the series
+    scales = next(s for s in rec["series"] if s["name"] == "scale")["lines"][0]["y"]
+    assert scales[0] == 2.0**28 and all(b in (a, a / 2) for a, b in zip(scales, scales[1:])), scales
+    halvings = sum(b == a / 2 for a, b in zip(scales, scales[1:]))
+    assert halvings in (metric(rec, "gradscaler.skipped_steps"), metric(rec, "gradscaler.skipped_steps") - 1)
 
 
 def test_fp16_underflow_and_its_cure(rec):

@@ -32,8 +32,11 @@ def test_kahan_beats_naive(tiny_record):
 
 def test_softmax_and_mixed_precision(tiny_record):
     checks = {c["name"]: c for c in tiny_record["checks"]}
-    assert all(c["passed"] for c in checks.values())
     assert sum(n.startswith("stable.") for n in checks) == 12
+    # the naive softmax overflows where exp does: above ~11.1 in fp16, above ~88.7 in bf16 and fp32
+    rows = next(t for t in tiny_record["tables"] if t["name"] == "softmax")["rows"]
+    overflowed = {(scale, dtype) for scale, dtype, naive, *_ in rows if naive != "finite"}
+    assert overflowed == {(10.0, "fp16")} | {(s, d) for s in (100.0, 1000.0) for d in ("fp16", "bf16", "fp32")}
     m = tiny_record["metrics"]
     assert m["softmax.naive_nan_cases"]["value"] >= 6
     assert m["underflow.fp16"]["value"] > 0.1 and m["underflow.fp16_scaled"]["value"] == 0 == m["underflow.bf16"]["value"]

@@ -64,7 +64,11 @@ ptxas info    : Used 40 registers, used 0 barriers, 372 bytes cmem[0]
 @pytest.mark.slow
 def test_the_sweep_is_computed_from_ptxas(tiny_record):
     checks = checks_by_name(tiny_record)
-    assert all(c["passed"] for c in checks.values())
+    formula = [c for name, c in checks.items() if name.startswith("formula.")]
+    assert len(formula) == 4
+    for c in formula:  # "<occupancy> limited by <what> (worked by hand: <occupancy>, <what>)"
+        computed, by_hand = c["detail"].removesuffix(")").split(" (worked by hand: ")
+        assert computed.split(" limited by ") == by_hand.split(", "), c
     if not NVCC:
         pytest.skip("nvcc is not on PATH: the sweep is recorded as not run")
     regs = metric(tiny_record, "ptxas.chase.registers")

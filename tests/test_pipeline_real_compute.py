@@ -17,7 +17,7 @@ P, MS = 2, (1, 2, 4)
 def test_gradients_equal_the_unsplit_model(rec):
     checks = {c["name"]: c for c in rec["checks"]}
     for stage in range(P):
-        assert checks[f"1f1b.m4.stage{stage}.grads"]["passed"]
+        assert checks[f"1f1b.m4.stage{stage}.grads"]["max_abs_err"] <= checks[f"1f1b.m4.stage{stage}.grads"]["atol"]
 
 
 def test_corrected_formula_explains_the_measurement(rec):

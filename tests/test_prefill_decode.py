@@ -15,8 +15,12 @@ tiny = demo_record("demos.t6_inference.prefill_decode")
 
 def test_flop_formula_matches_the_counter_and_the_weight_count(tiny):
     checks = checks_by_name(tiny)
-    assert checks["flop_formula_matches_counter"]["passed"]
-    assert checks["weight_count_matches_model"]["passed"]
+    # "<w> matmul weights = all <n> parameters minus the RMSNorm gains"
+    detail = checks["weight_count_matches_model"]["detail"]
+    weights, params = detail.split()[0], detail.split("all ")[1].split()[0]
+    assert int(weights) < int(params) == round(metric(tiny, "model.params_m") * 1e6)
+    # the counter saw 2 FLOPs per matmul weight per token of the 8-token prefill
+    assert f"weight matmuls {2 * 8 * int(weights):.3e} counted" in checks["flop_formula_matches_counter"]["detail"]
 
 
 def test_every_rate_declares_dtype_or_kind_and_its_yardstick_fraction(tiny):

@@ -14,7 +14,7 @@ tiny_record = demo_record("demos.t10_benchmarking.profiling")
 
 def test_gradients_checked(tiny_record):
     grads = [c for c in tiny_record["checks"] if c["name"].startswith("grad.")]
-    assert len(grads) == 4 and all(c["passed"] for c in grads)
+    assert len(grads) == 4 and all(c["max_abs_err"] <= c["atol"] for c in grads), grads
 
 
 def test_launch_bound_vs_compute_bound(tiny_record):

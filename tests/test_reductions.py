@@ -24,8 +24,10 @@ def test_summation_order_changes_float32_bits():
 @pytest.mark.slow
 def test_every_variant_is_within_the_bound(tiny_record):
     checks = checks_by_name(tiny_record)
-    for name in ("triton.two_pass", "triton.atomic", "torch.sum", "fixed_order.bitwise"):
-        assert checks[name]["passed"], checks[name]
+    for name in ("triton.two_pass", "triton.atomic", "torch.sum"):
+        # the bound is the worst case (every rounding the same way); random roundings land far inside it
+        assert checks[name]["max_abs_err"] < checks[name]["atol"] / 10, checks[name]
+    assert {"fixed_order.bitwise", "exact.torch.sum", "exact.triton.two_pass", "exact.triton.atomic"} <= set(checks)
 
 
 @pytest.mark.slow

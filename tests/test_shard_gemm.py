@@ -15,7 +15,9 @@ tiny = demo_record("demos.t7_parallelism.shard_gemm")
 
 def test_shards_concatenate_to_the_full_product(tiny):
     checks = {c["name"]: c for c in tiny["checks"]}
-    assert all(checks[f"gemm.t{t}.shards_concatenated"]["passed"] for t in DEGREES)
+    for t in DEGREES:  # within the absolute tolerance alone (the product's float32 rounding), for every degree
+        check = checks[f"gemm.t{t}.shards_concatenated"]
+        assert check["max_abs_err"] <= check["atol"], check
 
 
 def test_every_degree_is_timed_against_the_ceiling(tiny):

@@ -13,7 +13,7 @@ tiny_record = demo_record("demos.t11_gpu.streams")
 
 def test_pipeline_and_trace(tiny_record):
     checks = checks_by_name(tiny_record)
-    assert checks["overlapped"]["passed"] and checks["serial"]["passed"]
+    assert all(checks[n]["max_abs_err"] <= checks[n]["atol"] for n in ("overlapped", "serial"))
     assert metric(tiny_record, "trace.item_each_iter.scalar_reads") == 8
     assert metric(tiny_record, "trace.item_at_end.scalar_reads") == 1
 

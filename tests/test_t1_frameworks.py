@@ -18,14 +18,15 @@ tiny_compilation_model = demo_record("demos.t1_frameworks.compilation_model")
 
 def test_one_model_four_ways(tiny_one_model_four_ways):
     rec = tiny_one_model_four_ways
-    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
     checks = {c["name"]: c for c in rec["checks"]}
     metrics = rec["metrics"]
     for variant in ("numpy", "torch_eager", "torch_compile", "jax_jit"):
         assert checks[f"loss_curve.{variant}"]["max_abs_err"] < 1e-5  # the curves agree
         assert metrics[f"{variant}.step_us"]["value"] > 0
         assert 0.5 < metrics[f"{variant}.test_accuracy"]["value"] <= 1
-    assert all(checks[f"numpy_backward.{p}"]["passed"] for p in ("W1", "b1", "W2", "b2"))
+    # the hand-written NumPy backward equals autograd to float64 rounding (atol 1e-12)
+    assert all(checks[f"numpy_backward.{p}"]["max_abs_err"] <= checks[f"numpy_backward.{p}"]["atol"]
+               for p in ("W1", "b1", "W2", "b2"))
     # compiling is what the first call of the compiled variants pays for: it costs more than a thousand
     # steady steps. The yardstick is eager's median step, not eager's own first call: that is one sample,
     # and one fresh-clone CI run saw it stall for 0.69 s (against a usual 3 ms).
@@ -37,7 +38,10 @@ def test_one_model_four_ways(tiny_one_model_four_ways):
 
 def test_transforms(tiny_transforms):
     rec = tiny_transforms
-    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
+    checks = {c["name"]: c for c in rec["checks"]}
+    # a second .backward() adds the same gradient again: exactly twice the first (g + g is exact)
+    accumulates = [c for name, c in checks.items() if name.startswith("torch.backward_accumulates.")]
+    assert len(accumulates) == 4 and all(c["max_abs_err"] == 0.0 for c in accumulates)
     metrics = rec["metrics"]
     names = {c["name"] for c in rec["checks"]}
     for variant in ("torch_loop", "torch_vmap", "jax_loop", "jax_vmap"):
@@ -49,8 +53,9 @@ def test_transforms(tiny_transforms):
 
 def test_state_and_randomness(tiny_state_and_randomness):
     rec = tiny_state_and_randomness
-    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
     metrics = rec["metrics"]
+    # after one unrelated draw, PyTorch's mask is a fresh one: it differs from the old on 2 p (1 - p), p = 0.9
+    assert metrics["torch.mask_changed_fraction"]["value"] == pytest.approx(2 * 0.9 * 0.1, abs=0.01)
     assert metrics["jax.side_effect_runs"]["value"] == 2  # once per traced shape
     assert metrics["torch.side_effect_runs"]["value"] == metrics["calls"]["value"] == 6  # replayed every call
     assert metrics["jax.global_read_after_change"]["value"] == 2.0  # stale constant
@@ -62,7 +67,10 @@ def test_state_and_randomness(tiny_state_and_randomness):
 
 def test_compilation_model(tiny_compilation_model):
     rec = tiny_compilation_model
-    assert rec["checks"] and all(c["passed"] for c in rec["checks"])
+    checks = {c["name"]: c for c in rec["checks"]}
+    for strategy in ("jax_jit", "jax_jit_padded", "torch_static", "torch_default", "torch_dynamic"):
+        for batch in (4, 6, 12):  # every strategy, every batch, equals the uncompiled function to float32 rounding
+            assert checks[f"{strategy}.batch{batch}"]["max_abs_err"] <= checks[f"{strategy}.batch{batch}"]["atol"]
     metrics = rec["metrics"]
     shapes = 3  # tiny: batches 4, 6, 12; padded to multiples of 8: 8, 8, 16
     assert metrics["jax_jit.compiles"]["value"] == shapes

@@ -13,7 +13,8 @@ tiny_record = demo_record("demos.t11_gpu.tensor_cores")
 
 def test_precisions_are_checked(tiny_record):
     checks = checks_by_name(tiny_record)
-    assert checks["fp32.matmul"]["passed"] and checks["bf16.matmul"]["passed"] and checks["pad_slice"]["passed"]
+    for name in ("fp32.matmul", "bf16.matmul", "pad_slice"):  # each within its absolute (K-scaled) tolerance alone
+        assert checks[name]["max_abs_err"] <= checks[name]["atol"], checks[name]
     assert checks["fp32.matmul"]["max_abs_err"] < 1e-3
 
 

