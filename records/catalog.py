@@ -105,14 +105,21 @@ def why_stale(demo: Demo, rec: dict) -> str:
     """What changed since the record was measured, in words: its code, an input (named), or the protocol."""
     now = current_digest(demo, rec["device_class"])
     then = rec.get("inputs")
+    if then is not None and set(then) != set(now.inputs):
+        added, dropped = sorted(set(now.inputs) - set(then)), sorted(set(then) - set(now.inputs))
+        return "what it reads changed (" + "; ".join(
+            part for part in (f"now also {_few(added)}" if added else "", f"no longer {_few(dropped)}" if dropped else "")
+            if part) + ")"
     if then is not None and then != now.inputs:
-        changed = sorted(k for k in {*then, *now.inputs} if then.get(k) != now.inputs.get(k))
-        return "its input(s) " + ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "") \
-            + " changed"
+        return f"its input(s) {_few(sorted(k for k in then if then[k] != now.inputs[k]))} changed"
     protocol = (rec.get("settings") or {}).get("protocol_version")
     if protocol is not None and protocol != now.protocol:
         return f"the harness's measurement protocol moved from version {protocol} to {now.protocol}"
     return f"{demo.path.relative_to(demo.root).as_posix()} or a module it imports changed"
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def record_freshness(demo: Demo, device_class: str, results_dir: Path = RESULTS_DIR) -> str:
