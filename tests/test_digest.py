@@ -186,3 +186,29 @@ def test_a_protocol_bump_stales_every_record(repo):
     timing.write_text(timing.read_text().replace(f"PROTOCOL_VERSION = {version}", f"PROTOCOL_VERSION = {version + 1}"))
     after = all_digests(repo)
     assert all(after[name] != before[name] for name in before)
+
+
+def test_regen_orders_readers_after_what_they_read_and_the_gate_last():
+    demos = catalog.discover()
+    order = [d.name for d in catalog.readers_last(list(demos.values()))]
+    assert sorted(order) == sorted(demos) and order[-1] == "regression_gate"
+    for name in order:
+        for pattern in demos[name].reads().get("records", []):
+            read = pattern.partition("/")[0]
+            if read != "*":
+                assert order.index(read) < order.index(name), (name, read)
+    topics = [d.path.parent.name for d in demos.values()]  # discovery sorts topics by number: t2 before t10
+    assert topics.index("t2_pipeline") < topics.index("t10_benchmarking") < topics.index("t11_gpu")
+    # what a regeneration of kernel_fusion makes stale next: its readers, and the gate that reads everything
+    assert catalog.readers_of(list(demos.values()), {"kernel_fusion"}) == {"machine_laws", "hardware_roofline",
+                                                                         "regression_gate"}
+
+
+def test_a_circle_of_readers_is_refused(tmp_path):
+    for name, reads in (("a", "b/cpu"), ("b", "a/cpu")):
+        path = tmp_path / "demos" / "t1_x" / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"INPUTS = declare(records=[{reads!r}])\n")
+    demos = catalog.discover(tmp_path / "demos")
+    with pytest.raises(ValueError, match="circle"):
+        catalog.readers_last(list(demos.values()))
