@@ -41,9 +41,10 @@ def identity_problems(rec: record.Record, where: str, demo: str, device_class: s
     return []
 
 
-def vet(rec: record.Record, where: str) -> list[str]:
+def vet(rec: record.Record | dict, where: str) -> list[str]:
     """Why a record's contents cannot be published: a rate above its datasheet peak or its own ceiling, a rate
     whose peak is unknown, a failed correctness check, no check, no commit. One line each, naming the field."""
+    rec = rec if isinstance(rec, record.Record) else record.Record(rec)
     problems = []
     label = datasheets.label(rec.device_class)
     for section, items in (("metrics", rec.metrics), ("ceilings", rec.ceilings)):

@@ -10,7 +10,8 @@ different days or machines.
    a median of k normal draws), sigma = 1.4826 * MAD of the A/A log ratios (a robust standard
    deviation), never below a floor of 2%. The number of pairs k is chosen so that the threshold
    sits at half the smallest regression the gate must catch.
-2. **Record gate** (one result record, optionally against a baseline record): every check passed;
+2. **Record gate** (one result record, optionally against a baseline record): the project's publication
+   gate passes (records/plausibility.py: no rate above its datasheet peak, a commit, checks); every check passed;
    every fraction of a same-run ceiling at most 1; the ceiling's two samples (start and end of the
    run) close enough that the run was quiet; and, against a baseline, each metric's fraction of
    its ceiling (which does not depend on the GPU model the way an absolute GB/s does) not lower by
@@ -23,6 +24,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from records import plausibility
 
 MEDIAN_SE = 1.2533  # sqrt(pi / 2): SE of the median over SE of the mean, normal data
 MAD_TO_SIGMA = 1.4826  # 1 / Phi^-1(3/4): a normal distribution's sigma over its median absolute deviation
@@ -82,6 +85,12 @@ def gate_record(rec: dict, baseline: dict | None = None, *, drift_warn: float, w
     """Findings for one record; a record blocks if any finding blocks. ``warn_drop``/``block_drop``
     are fractional drops of a metric's fraction-of-ceiling against the baseline (0.05 = 5%)."""
     findings = []
+    # first the project's own publication gate (records/plausibility.py: datasheet peaks, a fraction above
+    # 1.25x its ceiling, failed or missing checks, no commit), as the check and the GPU unpacker apply it
+    problems = plausibility.vet(rec, "record")
+    findings.append(Finding(BLOCK if problems else PASS, "publishable",
+                            "; ".join(p.removeprefix("record: ") for p in problems[:2]) if problems
+                            else "the project's publication gate passes"))
     failed = [c["name"] for c in rec.get("checks", []) if not c.get("passed")]
     findings.append(Finding(BLOCK if failed else PASS, "checks",
                             f"{len(failed)} failed: {', '.join(failed[:3])}" if failed

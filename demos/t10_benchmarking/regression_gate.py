@@ -27,7 +27,8 @@ from records.inputs import declare
 # The gate reads every other demo's CPU record (so it runs last in a regeneration, and judges that
 # generation) and one GPU-shaped fixture.
 FIXTURE = "tests/fixtures/t10_gate_h100.json"
-INPUTS = declare(records=["*/cpu"], files=["tests/fixtures/t10_gate_h100.json"])
+INPUTS = declare(records=["*/cpu"], files=["tests/fixtures/t10_gate_h100.json"], datasheets=["*"])  # the gate
+# bounds rates by the datasheets (records/plausibility.py), so they are inputs too
 
 run = start(
     "regression_gate",
@@ -183,7 +184,9 @@ run.series("gate", "Gate ratio over trials (interleaved pairs)", "candidate / ba
 # ## The same gate on result records
 #
 # A record gate cannot time anything again; it reads what the run stored. Its rules (in
-# `_gate.gate_record`): every correctness check passed (block); every fraction of a same-run
+# `_gate.gate_record`): the project's own publication gate passes (`records/plausibility.py`, the rules
+# `make check` and the GPU unpacker apply: no rate above its datasheet peak, a commit, checks; block);
+# every correctness check passed (block); every fraction of a same-run
 # ceiling at most 1 (block: a fraction above 1 means the ceiling or the timing is wrong); the
 # ceiling's start and end samples within `DRIFT_WARN` of each other (warn: the run was not quiet,
 # quarantine it and re-run); and, against a baseline record, each metric's fraction of its ceiling
