@@ -124,7 +124,7 @@ def estimate(demo: catalog.Demo, device_class: str, results_dirs: list[Path], mo
 def plan(demos: dict[str, catalog.Demo], device_class: str, results_dirs: list[Path], only: list[str],
          force: bool, model_cached: bool) -> list[Row]:
     """The demos asked for, in the campaign's order: those to run (GPU markers on their pages first, then the shorter
-    first), then the fresh ones. A machine trains the T6 model once: one demo is charged for it."""
+    first, a reader after what it reads), then the fresh ones. A machine trains the T6 model once: one demo pays."""
     priority, rows, charged = gpu_marker_counts(), [], False
     for demo in (d for d in demos.values() if not only or d.name in only):
         est, source = estimate(demo, device_class, results_dirs, model_cached)
@@ -137,7 +137,9 @@ def plan(demos: dict[str, catalog.Demo], device_class: str, results_dirs: list[P
             charged = True
         rows.append(Row(demo.name, "" if runs else "fresh", estimate_s=est, estimate_from=source,
                         reason=f"record {state}" if runs else "its record for this class is fresh: not re-run"))
-    return sorted(rows, key=lambda r: (r.status == "fresh", -priority.get(r.demo, 0), r.estimate_s))
+    rows.sort(key=lambda r: (r.status == "fresh", -priority.get(r.demo, 0), r.estimate_s))
+    order = [d.name for d in catalog.readers_last([demos[r.demo] for r in rows])]  # stable otherwise
+    return sorted(rows, key=lambda r: (r.status == "fresh", order.index(r.demo)))
 
 
 def gate(demos: dict, demo: str, device_class: str, results_dir: Path) -> list[str]:

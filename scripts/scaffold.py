@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, KeyboardInterrupt):
             raise
         fail(f"scaffold undone, nothing was left behind: {e}")
-    print("done: `make check` passes and lists the TODOs; write the answer, then `make serve`.")
+    print("done: `make regen-stale` (the record gate reads every CPU record, so it follows the new one), then "
+          "`make check` passes and lists the TODOs; write the answer, then `make serve`.")
     return 0
 
 

@@ -376,3 +376,11 @@ def test_the_campaign_applies_the_publication_gate_to_what_a_demo_wrote(tmp_path
     assert gpu_campaign.gate(demos, "kernel_fusion", "h100", tmp_path / "good") == []
     problems = gpu_campaign.gate(demos, "kernel_fusion", "h100", tmp_path / "bad")
     assert any("exceeds the H100 datasheet memory bandwidth" in p for p in problems), problems
+
+
+def test_the_plan_runs_a_reader_after_what_it_reads(tmp_path):
+    demos = catalog.discover()
+    order = [r.demo for r in gpu_campaign.plan(demos, "h100", [tmp_path], [], False, False)]
+    assert order.index("kernel_fusion") < order.index("machine_laws")
+    assert order.index("layout_and_padding") < order.index("machine_laws")
+    assert order[-1] == "regression_gate"  # it reads every record
