@@ -74,11 +74,9 @@ def _code(path: Path, root: Path = REPO_ROOT) -> tuple[str, list[Path], dict]:
 
 
 def current_digest(demo: Demo, device_class: str) -> digests.Digest:
+    """The digest its record must carry now, from the cached code hash (records/digest.py assembles it)."""
     code, files, declared = _code(demo.path, demo.root)
-    inputs = digests.input_hashes(declared, demo.name, device_class)
-    protocol = digests.protocol_version()
-    return digests.Digest(digests.combine(code, protocol, inputs),
-                          [p.relative_to(demo.root).as_posix() for p in files], inputs, protocol)
+    return digests.assemble(code, files, declared, demo.name, device_class, demo.root)
 
 
 def _cached_record(path: Path) -> record.Record:

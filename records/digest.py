@@ -265,13 +265,19 @@ def declared_by(files: list[Path]) -> dict[str, list[str]]:
     return merged
 
 
+def assemble(code: str, files: list[Path], declared: dict, demo: str, device_class: str, files_root: Path,
+             repo: Path = REPO_ROOT) -> Digest:
+    """The digest from its parts: the code's hash, and the inputs and protocol as the repository holds them now."""
+    inputs = input_hashes(declared, demo, device_class, repo)
+    protocol = protocol_version(repo)
+    return Digest(combine(code, protocol, inputs), [p.relative_to(files_root).as_posix() for p in files], inputs,
+                  protocol)
+
+
 def source_digest(demo_file: Path, device_class: str, root: Path = REPO_ROOT) -> Digest:
     """The digest of a demo's record on one device class (its inputs may depend on the class)."""
     files = local_sources(demo_file, root)
-    inputs = input_hashes(declared_by(files), Path(demo_file).stem, device_class, root)
-    protocol = protocol_version(root)
-    return Digest(combine(code_hash(files, root), protocol, inputs),
-                  [p.relative_to(root).as_posix() for p in files], inputs, protocol)
+    return assemble(code_hash(files, root), files, declared_by(files), Path(demo_file).stem, device_class, root, root)
 
 
 FRESH, STALE, MISSING = "fresh", "stale", "missing"

@@ -47,8 +47,7 @@ class Inputs:
 
     def records(self, device_class: str, exclude: str = "") -> dict[str, record.Record]:
         """Every committed record of one class (declared as "*/<class>"), by demo, ``exclude`` left out."""
-        if not self._allowed(self.record_patterns, f"*/{device_class}") or \
-                not any(p.startswith("*/") for p in self.record_patterns):
+        if not self._allowed([p for p in self.record_patterns if p.startswith("*/")], f"*/{device_class}"):
             raise UndeclaredInput(f"records */{device_class} are not declared in INPUTS = declare(records=[...])")
         return {p.parent.name: record.load(p) for p in sorted(RESULTS_DIR.glob(f"*/{device_class}.json"))
                 if p.parent.name != exclude}
