@@ -17,6 +17,7 @@ SCRIPTS_DIR = REPO_ROOT / "scripts"
 CACHE_DIR = REPO_ROOT / ".cache"  # ignored by git: compile caches, trained models, plots, logs
 RECORD_SCHEMA = CORE_DIR / "record.schema.json"
 DATASHEETS = CORE_DIR / "datasheets.toml"
+GPU_SET = CORE_DIR / "gpu_set.toml"
 
 
 def shown(path: Path) -> str:

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from records import catalog, datasheets, devices, plausibility, record
+from records import catalog, datasheets, devices, gpu_set, plausibility, record
 from records.errors import OneLineParser
 from records.paths import REPO_ROOT, RESULTS_DIR
 from website.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
@@ -176,6 +176,17 @@ def check_short_answers(report: Report, where: str, questions_md: str, answers_m
             report.error(f"{where}: the 30-second answer to **{question[:60]}** is empty")
 
 
+def check_gpu_set(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict]) -> None:
+    """records/gpu_set.toml names every demo once, with a reason; a CPU-only demo has no GPU record."""
+    declared = gpu_set.declared()
+    for problem in declared.problems(demos):
+        report.error(f"records/gpu_set.toml: {problem}")
+    for demo, recs in records.items():
+        for device_class in (c for c in recs if c != "cpu" and not declared.needs_gpu(demo)):
+            report.error(f"docs/results/{demo}/{device_class}.json: {demo} is CPU-only by declaration "
+                         "(records/gpu_set.toml); remove the record, or move the demo to [gpu] there, with why")
+
+
 def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict],
                 docs_dir: Path = DOCS_DIR) -> int:
     """Markers on every page (known demo and metric, claims not contradicted); structure of topic pages."""
@@ -196,6 +207,10 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
             if marker.device is not None and not known_device(marker.device):
                 report.error(f"{marker.source}: unknown device {marker.device!r}; use gpu or a class declared in "
                              f"records/datasheets.toml ({', '.join(datasheets.sheets())})")
+                continue
+            if marker.device not in (None, "cpu") and not gpu_set.declared().needs_gpu(marker.demo):
+                report.error(f"{marker.source}: {marker.demo} is CPU-only by declaration (records/gpu_set.toml), so a "
+                             "page quotes it on the CPU only; to ask for a GPU number, move it to [gpu] there, with why")
                 continue
             recs = records.get(marker.demo, {})
             if marker.kind == "artifact":
@@ -351,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     records = check_records(report, demos, args.results_dir)
     check_freshness(report, demos, records)
     check_plausibility(report, records)
+    check_gpu_set(report, demos, records)
     claims = check_pages(report, demos, records, args.docs_dir)
     check_todos(report, demos, args.docs_dir)
     check_typed_numbers(report, args.docs_dir)

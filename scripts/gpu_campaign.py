@@ -1,10 +1,11 @@
 """One GPU window -> checked records: `python -m scripts.gpu_campaign --out DIR [--budget-min N] [--commit SHA]`.
 
-What a lent GPU machine runs (docs/contributing.md, "GPU records"): a preflight, then at full size every demo whose
-record for this GPU class is missing or stale, pages with GPU markers first, then the shorter first, each in its own
-process group under a hard limit; the archives and the summary under DIR are rewritten after every demo. No demo
-starts whose estimate would pass the budget; staged records count as done (the same call again resumes). `--plan
-[CLASS]` prints the plan instead, no GPU needed: each demo's time, measured or estimated, the total, the calls.
+What a lent GPU machine runs (docs/contributing.md, "GPU records"): a preflight (a missing required package stops it
+within seconds), then at full size every demo of the GPU set (records/gpu_set.toml) with no fresh GPU record, the
+headline demos first in their declared order, then the shorter first, each in its own process group under a hard
+limit; the archives and the summary under DIR are rewritten after every demo. No demo starts unless 1.5x its
+estimate is left of the budget; staged records count as done (the same call again resumes). `--plan [CLASS]
+[--budget-min N] [--calls K]` prints the plan instead, no GPU needed: each demo's time and the call it falls in.
 """
 
 from __future__ import annotations
@@ -12,13 +13,11 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
-import importlib.util
 import io
 import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tarfile
 import time
@@ -27,17 +26,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from demos.harness.provenance import COMMIT_ENV, git_state
-from records import atomic, catalog, devices, digest as digests, plausibility, record
+from records import atomic, catalog, devices, digest as digests, gpu_set, plausibility, record
 from records.errors import OneLineParser, fail
-from records.paths import CACHE_DIR, DEMOS_DIR, DOCS_DIR, REPO_ROOT, RESULTS_DIR, shown
+from records.paths import CACHE_DIR, DEMOS_DIR, RESULTS_DIR, shown
 from scripts import regen
+from scripts._preflight import preflight
 
 
 ESTIMATES_FILE = Path(__file__).with_name("gpu_estimates.toml")
 ESTIMATES = tomllib.loads(ESTIMATES_FILE.read_text(encoding="utf-8"))  # seconds: start-up, T6 training, demos
 STAGING, T6_MODEL_CACHE = CACHE_DIR / "gpu-campaign", CACHE_DIR / "models"
-PREFLIGHT_LIMIT_S, CALL_BUDGET_S = 30.0, 9 * 60  # a device call: at most 10 min, less the start and the transfers
-MARKER = re.compile(r"\{\{\s*(?:claim|metric|artifact)\s+([A-Za-z0-9_]+)\b[^}]*?@([a-z0-9][a-z0-9-]*)")
+CALL_BUDGET_S, START_MARGIN = 9 * 60, 1.5  # a device call: at most 10 min, less the start and the transfers
 
 
 @dataclass
@@ -60,34 +59,6 @@ class Campaign:
     started_utc: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     preflight: dict = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
-
-
-def preflight(device: str, env: dict, demos_dir: Path) -> dict:
-    """scripts/_preflight.py in a subprocess under a 30 s limit (a stuck driver cannot hang us); the demos' missing
-    imports."""
-    started = time.perf_counter()
-    try:
-        out = subprocess.run([sys.executable, "-m", "scripts._preflight", *(["--gpu"] if device != "cpu" else [])],
-                             capture_output=True, text=True, timeout=PREFLIGHT_LIMIT_S, env=env, cwd=REPO_ROOT)
-        info = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else \
-            {"error": (out.stderr.strip().splitlines() or ["preflight failed"])[-1]}
-    except subprocess.TimeoutExpired:
-        info = {"error": f"preflight took more than {PREFLIGHT_LIMIT_S:.0f} s"}
-    except (json.JSONDecodeError, IndexError):
-        info = {"error": "preflight printed no result"}
-    imports: dict[str, set[str]] = {}
-    for path in sorted(demos_dir.glob("**/*.py")):
-        for top in digests.third_party_packages(path):
-            imports.setdefault(top, set()).add(path.relative_to(demos_dir.parent).as_posix())
-    info["missing_packages"] = {k: sorted(v) for k, v in sorted(imports.items()) if not importlib.util.find_spec(k)}
-    return {**info, "wall_s": round(time.perf_counter() - started, 1)}
-
-
-def gpu_marker_counts(topics_dir: Path = DOCS_DIR / "topics") -> dict[str, int]:
-    """How many GPU claims and numbers each demo's pages carry (markers naming a device other than cpu)."""
-    pages = (page.read_text(encoding="utf-8") for page in sorted(topics_dir.glob("*.md")))
-    found = [demo for text in pages for demo, device in MARKER.findall(text) if device != "cpu"]
-    return {demo: found.count(demo) for demo in found}
 
 
 def last_gpu_wall_time(demo: str, device_class: str, results_dirs: list[Path]) -> tuple[float, str] | None:
@@ -123,12 +94,14 @@ def estimate(demo: catalog.Demo, device_class: str, results_dirs: list[Path], mo
 
 def plan(demos: dict[str, catalog.Demo], device_class: str, results_dirs: list[Path], only: list[str],
          force: bool, model_cached: bool) -> list[Row]:
-    """The demos asked for, in the campaign's order: those to run (GPU markers on their pages first, then the shorter
-    first, a reader after what it reads), then the fresh ones. A machine trains the T6 model once: one demo pays."""
-    priority, rows, charged = gpu_marker_counts(), [], False
+    """The demos asked for, in the campaign's order: those to run (the headline demos in their declared order, then
+    the shorter first, a reader after what it reads), then those with a fresh record of any GPU class. One pays
+    for the T6 model's training."""
+    rank, rows, charged = {name: i for i, name in enumerate(gpu_set.declared().headline)}, [], False
     for demo in (d for d in demos.values() if not only or d.name in only):
         est, source = estimate(demo, device_class, results_dirs, model_cached)
-        states = {catalog.record_freshness(demo, device_class, folder) for folder in results_dirs}
+        gpus = {p.stem for f in results_dirs for p in (f / demo.name).glob("*.json")} - {"cpu"}  # either GPU counts
+        states = {catalog.record_freshness(demo, c, f) for c in gpus | {device_class} for f in results_dirs}
         state = next(s for s in ("fresh", "stale", "missing") if s in states)
         runs = state != "fresh" or force
         if runs and "training" in source:
@@ -137,9 +110,24 @@ def plan(demos: dict[str, catalog.Demo], device_class: str, results_dirs: list[P
             charged = True
         rows.append(Row(demo.name, "" if runs else "fresh", estimate_s=est, estimate_from=source,
                         reason=f"record {state}" if runs else "its record for this class is fresh: not re-run"))
-    rows.sort(key=lambda r: (r.status == "fresh", -priority.get(r.demo, 0), r.estimate_s))
+    rows.sort(key=lambda r: (r.status == "fresh", rank.get(r.demo, len(rank)), r.estimate_s))
     order = [d.name for d in catalog.readers_last([demos[r.demo] for r in rows])]  # stable otherwise
     return sorted(rows, key=lambda r: (r.status == "fresh", order.index(r.demo)))
+
+
+def pack_calls(c: "Campaign", demos: dict, results_dirs: list[Path], only: list[str], force: bool, calls: int) -> None:
+    """The plan as calls of c.budget_s each, each on a fresh machine (no trained T6 model): in order, every demo that
+    fits 1.5 times in what is left of a call starts in it (the campaign's own rule), the rest wait for a later call."""
+    c.rows = plan(demos, c.device_class, results_dirs, only, force, model_cached=False)
+    for call in range(1, calls + 1):
+        left, cached = c.budget_s - ESTIMATES["preflight_s"], False
+        for row in (r for r in c.rows if not r.status):
+            est, source = estimate(demos[row.demo], c.device_class, results_dirs, cached)
+            if START_MARGIN * est <= left:
+                row.status, row.estimate_s, row.estimate_from, left = f"call {call}", est, source, left - est
+                cached |= "training" in source
+    for row in (r for r in c.rows if not r.status):
+        row.status = "later"
 
 
 def gate(demos: dict, demo: str, device_class: str, results_dir: Path) -> list[str]:
@@ -200,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     goal.add_argument("--out", type=Path, help="where the archives and the summary go ($OUT)")
     goal.add_argument("--plan", nargs="?", const="h100", metavar="CLASS", help="print the plan (default h100) and exit")
     parser.add_argument("--budget-min", type=float, default=8.5, help="minutes for this call incl. the preflight (8.5)")
+    parser.add_argument("--calls", type=int, default=2, help="with --plan: how many calls of --budget-min to plan (2)")
     parser.add_argument("--commit", help=f"the commit being measured (default: ${COMMIT_ENV}, else git)")
     parser.add_argument("--only", default="", help="comma-separated demo names (default: every demo)")
     parser.add_argument("--force", action="store_true", help="run even demos whose record is fresh")
@@ -215,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan is None and not re.fullmatch(r"[0-9a-f]{4,64}", commit or ""):
         fail(f"--commit {commit or '(none)'}: expected a commit hash (4 to 64 lower-case hex digits, as `git rev-parse "
              f"HEAD` prints), from --commit or ${COMMIT_ENV}: the GPU machine's copy has no .git")
+    if not (0 < args.budget_min <= 60 and 1 <= args.calls <= 20):
+        fail(f"--budget-min {args.budget_min:g} / --calls {args.calls}: expected 0 < minutes <= 60 and 1 to 20 calls")
     try:
         demos = catalog.discover(args.demos_dir.absolute())
     except ValueError as e:
@@ -222,14 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     only = [d.strip() for d in args.only.split(",") if d.strip()]
     if unknown := [d for d in only if d not in demos]:
         fail(f"--only: unknown demo {unknown[0]!r}: known demos are {', '.join(demos)}")
+    if args.device != "cpu":  # a GPU run measures the GPU set only; a CPU-only demo has no GPU record to make
+        if cpu_only := [d for d in only if not gpu_set.declared().needs_gpu(d)]:
+            fail(f"--only: {cpu_only[0]} is CPU-only by declaration (records/gpu_set.toml), so it never runs on a GPU")
+        demos = {name: demo for name, demo in demos.items() if gpu_set.declared().needs_gpu(name)}
     results_dir, log_dir = args.staging.absolute() / "results", args.staging.absolute() / "logs"
     looked_in = [results_dir, args.published_dir.absolute()]
-    if args.plan:  # as a fresh GPU machine sees it (no trained T6 model), with what one call would start
+    if args.plan:  # each call as a fresh GPU machine sees it (no trained T6 model)
         c = Campaign(Path("-"), args.plan, "(a plan)", args.budget_min * 60)
-        c.rows, left = plan(demos, args.plan, looked_in, only, args.force, model_cached=False), c.budget_s
-        for row in (r for r in c.rows if r.status != "fresh"):  # the campaign's rule: in order, each that still fits
-            row.status, left = ("first call", left - row.estimate_s) if row.estimate_s <= left else ("later", left)
+        pack_calls(c, demos, looked_in, only, args.force, args.calls)
         print(summary_markdown(c, [r.demo for r in c.rows if r.status == "later"]))
+        for k, rows in ((k, [r for r in c.rows if r.status == f"call {k}"]) for k in range(1, args.calls + 1)):
+            used = (ESTIMATES["preflight_s"] + sum(r.estimate_s for r in rows)) / 60
+            print(f"call {k}: {len(rows)} demos, {used:.1f} of {args.budget_min:g} min (preflight included): "
+                  f"{', '.join(r.demo for r in rows) or 'none'}")
         return 0
 
     env = {**os.environ, COMMIT_ENV: commit, "PYTHONUNBUFFERED": "1",
@@ -240,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     info = preflight(args.device, env, args.demos_dir.absolute())
     out.mkdir(parents=True, exist_ok=True)
     (out / "preflight.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    if need := info["missing_required"]:
+        fail(f"missing required package(s): {', '.join(need)}; nothing run (install them first: docs/contributing.md, "
+             "GPU records, carries their wheels)")
     if args.device != "cpu" and not info.get("gpu_name"):  # the preflight failed or timed out: ask torch here
         with contextlib.suppress(Exception):
             import torch
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 cached = any(T6_MODEL_CACHE.glob("full-*.pt"))
                 row.estimate_s, row.estimate_from = estimate(demos[row.demo], device_class, looked_in, cached)
                 left = campaign.budget_s - (time.perf_counter() - wall_start)  # preflight and packing count too
-                if row.estimate_s > left:
+                if START_MARGIN * row.estimate_s > left:  # a limit barely above the estimate would waste the time
                     row.status = "not started (budget)"
                     row.reason = f"estimated {row.estimate_s:.0f} s, {max(left, 0):.0f} s of the budget left"
                 else:  # the hard limit: generous against the estimate (3x, at least +90 s), never past the budget

@@ -19,7 +19,8 @@ import pytest
 from conftest import REPO, make_record
 from records import catalog
 from records.paths import RESULTS_DIR
-from scripts import gpu_campaign, gpu_unpack
+from records import gpu_set
+from scripts import _preflight as preflight_module, gpu_campaign, gpu_unpack
 
 # A stand-in demo writes a small JSON "record" with the hash of its own file (what the freshness rule
 # compares), after doing what its name says. STEP_LOG collects the order in which demos ran.
@@ -57,7 +58,6 @@ def _stand_ins(tmp_path, monkeypatch, estimates: dict[str, float], behaviours: d
     monkeypatch.setenv("CAMPAIGN_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("SEEN", str(tmp_path / "seen"))
     monkeypatch.setattr(gpu_campaign, "ESTIMATES", {**gpu_campaign.ESTIMATES, "process_start_s": 0.0, "demos": estimates})
-    monkeypatch.setattr(gpu_campaign, "gpu_marker_counts", lambda: {})
 
     def fresh_if_same_code(demo, device_class, folder):  # stand-ins are no harness demos: compare file hashes
         path = Path(folder) / demo.name / f"{device_class}.json"
@@ -157,6 +157,8 @@ def test_campaign_freshness_reads_the_real_rule(tmp_path):
     path.write_text(json.dumps(rec))
     assert catalog.record_freshness(demos["kernel_fusion"], "h100", tmp_path / "b") == "fresh"
     assert row("kernel_fusion").status == "fresh"
+    h200 = gpu_campaign.plan(demos, "h200", folders, ["kernel_fusion"], force=False, model_cached=True)[0]
+    assert h200.status == "fresh", "either GPU counts: a fresh H100 record is not re-measured on an H200"
     rec["source_digest"] = "sha256:" + "0" * 64  # made by other code
     path.write_text(json.dumps(rec))
     assert row("kernel_fusion").status == "" and row("kernel_fusion").reason == "record stale"
@@ -181,17 +183,17 @@ def test_no_commit_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert e.value.code == 2 and "--out" in err and err.strip().count("\n") == 0
 
 
-def test_every_demo_has_an_estimate_or_a_gpu_record():
-    """A new demo adds its line to scripts/gpu_estimates.toml (or has a GPU record), so the campaign never plans
-    it with the cautious default; a line for a demo that no longer exists is an error too."""
-    demos = catalog.discover()
+def test_every_demo_of_the_gpu_set_has_an_estimate_or_a_gpu_record():
+    """A demo of the GPU set (records/gpu_set.toml) has its line in scripts/gpu_estimates.toml (or a GPU record), so
+    the campaign never plans it with the cautious default; a line for any other demo is an error too."""
+    gpu = gpu_set.declared().gpu
     table = gpu_campaign.ESTIMATES["demos"]
-    missing = [name for name in demos
+    missing = [name for name in gpu
                if name not in table and gpu_campaign.last_gpu_wall_time(name, "h100", [RESULTS_DIR]) is None]
     assert not missing, f"add these demos to scripts/gpu_estimates.toml ([demos] name = seconds): {missing}"
-    assert not set(table) - set(demos), f"no such demos: {sorted(set(table) - set(demos))}"
+    assert not set(table) - set(gpu), f"not in the GPU set: {sorted(set(table) - set(gpu))}"
     assert all(isinstance(s, (int, float)) and s > 0 for s in table.values())
-    for key in ("process_start_s", "t6_training_s", "default_s"):
+    for key in ("process_start_s", "preflight_s", "t6_training_s", "default_s"):
         assert gpu_campaign.ESTIMATES[key] > 0
     assert all(share > 0 for share in gpu_campaign.ESTIMATES["import_start_s"].values())
 
@@ -215,25 +217,77 @@ def test_a_measured_wall_time_and_its_parts_replace_the_estimate(tmp_path, capsy
     assert gpu_campaign.main(["--plan", "--only", "kernel_fusion", "--published-dir", str(tmp_path),
                               "--staging", str(tmp_path / "staging")]) == 0
     out = capsys.readouterr().out
-    assert "| kernel_fusion | first call |  | 34 (measured: record h100.json" in out  # the record is stale: re-run
+    assert "| kernel_fusion | call 1 |  | 34 (measured: record h100.json" in out  # the record is stale: re-run
 
 
-def test_plan_prints_every_demo_the_total_and_the_calls_without_a_gpu(tmp_path, capsys):
-    """`--plan` (no GPU, no --out): every demo in the campaign's order with its time, the total and the number
-    of 9-minute calls; those that fit in the first call at --budget-min are marked."""
-    assert gpu_campaign.main(["--plan", "--staging", str(tmp_path)]) == 0
+def _plan_rows(out: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in out.splitlines()
+            if line.startswith("| ") and "---" not in line][1:]
+
+
+def test_plan_prints_the_gpu_set_its_calls_and_what_is_left_without_a_gpu(tmp_path, capsys):
+    """`--plan [CLASS] --budget-min N --calls K` (no GPU, no --out): every demo of the GPU set in the campaign's
+    order, its time, the call it falls in (or later), each call's total within its budget."""
+    assert gpu_campaign.main(["--plan", "--staging", str(tmp_path), "--budget-min", "9", "--calls", "2"]) == 0
     out = capsys.readouterr().out
-    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [r[0].strip("| ") for r in sorted(rows)] == sorted(catalog.discover())
-    assert {r[1] for r in rows} <= {"first call", "later", "fresh"} and any(r[1] == "first call" for r in rows)
-    assert re.search(r"estimated GPU time of every demo this call had to run: [0-9.]+ min, about \d+ call\(s\) of 9 min",
-                     out)
-    first = sum(float(r[3].split()[0]) for r in rows if r[1] == "first call")
-    assert first <= 8.5 * 60
+    rows = _plan_rows(out)
+    assert sorted(r[0] for r in rows) == sorted(gpu_set.declared().gpu)  # no CPU-only demo is planned on a GPU
+    assert {r[1] for r in rows} <= {"call 1", "call 2", "later", "fresh"}
+    for k in (1, 2):
+        line = next(x for x in out.splitlines() if x.startswith(f"call {k}: "))
+        assert float(line.split()[4]) <= 9.0, line
+    assert all(r[1] != "later" for r in rows), "the whole GPU set fits two 9-minute calls"
     assert gpu_campaign.main(["--plan", "h200", "--budget-min", "0.1", "--only", "kernel_fusion,autotune",
                               "--staging", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "class h200" in out and "remaining (budget): " in out and "| kernel_fusion | later |" in out
+    assert "class h200" in out and "remaining (budget): kernel_fusion, autotune" in out
+
+
+def test_the_first_9_minute_call_holds_the_headline_demos_first(tmp_path, capsys):
+    """On a fresh machine (no trained model, no GPU record), H100 or H200, the first call of 9 minutes starts with
+    the headline demos in their declared order and holds all of them."""
+    headline = list(gpu_set.declared().headline)
+    assert len(headline) >= 12 and {"kernel_fusion", "attention_cost", "prefill_decode", "occupancy"} <= set(headline)
+    for device_class in ("h100", "h200"):
+        assert gpu_campaign.main(["--plan", device_class, "--budget-min", "9", "--staging", str(tmp_path),
+                                  "--published-dir", str(tmp_path / "none")]) == 0
+        rows = _plan_rows(capsys.readouterr().out)
+        assert [r[0] for r in rows[:len(headline)]] == headline
+        assert all(r[1] == "call 1" for r in rows[:len(headline)]), rows
+
+
+def test_a_cpu_only_demo_is_never_run_on_a_gpu(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_campaign.main(["--plan", "--only", "gbdt", "--staging", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "gbdt is CPU-only by declaration" in err and err.strip().count("\n") == 0
+    with pytest.raises(SystemExit) as e:
+        gpu_campaign.main(["--plan", "--calls", "0", "--staging", str(tmp_path)])
+    assert e.value.code == 2 and "--calls 0" in capsys.readouterr().err
+
+
+def test_a_missing_required_package_stops_the_campaign_within_seconds(tmp_path, monkeypatch, capsys):
+    """jsonschema is not on the GPU machine: without it every demo would fail writing its record, so the
+    preflight names it and nothing runs."""
+    _stand_ins(tmp_path, monkeypatch, {"first": 1}, {"first": ""})
+    monkeypatch.setattr(preflight_module, "REQUIRED", (*preflight_module.REQUIRED, "no_such_package_in_this_venv"))
+    started = time.perf_counter()
+    with pytest.raises(SystemExit) as e:
+        _campaign(tmp_path)
+    assert e.value.code == 2 and time.perf_counter() - started < 10 and _steps(tmp_path) == []
+    err = capsys.readouterr().err.strip()
+    assert "missing required package(s): no_such_package_in_this_venv" in err and err.count("\n") == 0
+    assert json.loads((tmp_path / "out" / "preflight.json").read_text())["missing_required"] == \
+        ["no_such_package_in_this_venv"]
+
+
+def test_the_required_packages_are_what_the_harness_the_core_and_regen_import():
+    from records import digest
+
+    files = [*(REPO / "demos" / "harness").glob("*.py"), *(REPO / "records").glob("*.py"),
+             REPO / "scripts" / "regen.py", REPO / "scripts" / "gpu_campaign.py"]
+    imported = set().union(*(digest.third_party_packages(f) for f in files))
+    assert imported <= set(preflight_module.REQUIRED), sorted(imported - set(preflight_module.REQUIRED))
 
 
 def test_process_start_counts_the_packages_a_demo_imports(tmp_path):
@@ -241,8 +295,10 @@ def test_process_start_counts_the_packages_a_demo_imports(tmp_path):
     it imports) imports; the harness's imports are in the base."""
     demos, est = catalog.discover(), gpu_campaign.ESTIMATES
     base, jax_share = est["process_start_s"], est["import_start_s"]["jax"]
+    assert gpu_campaign.estimate(demos["kmeans_search"], "h100", [tmp_path], True) == \
+        (est["demos"]["kmeans_search"] + base + est["import_start_s"]["sklearn"], "estimated (start with sklearn)")
     assert gpu_campaign.estimate(demos["jax_lowering"], "h100", [tmp_path], True) == \
-        (est["demos"]["jax_lowering"] + base + jax_share, "estimated (start with jax)")
+        (est["default_s"] + base + jax_share, "estimated (start with jax)")  # CPU-only: no line of its own
     assert gpu_campaign.estimate(demos["layout_and_padding"], "h100", [tmp_path], True) == \
         (est["demos"]["layout_and_padding"] + base, "estimated")  # torch only
     assert "sklearn" in gpu_campaign.estimate(demos["distillation"], "h100", [tmp_path], True)[1]  # via _model.py
@@ -266,14 +322,9 @@ def test_the_t6_training_is_charged_to_the_demos_whose_code_trains_the_model(tmp
     trained = gpu_campaign.estimate(demos["paged_kv"], "h100", [tmp_path], False)[0]
     assert trained == pytest.approx(gpu_campaign.estimate(demos["paged_kv"], "h100", [tmp_path], True)[0]
                                     + gpu_campaign.ESTIMATES["t6_training_s"])
-    rows = gpu_campaign.plan(demos, "h100", [tmp_path], ["kv_cache", "paged_kv", "speculative"], False, False)
+    rows = gpu_campaign.plan(demos, "h100", [tmp_path], ["weight_only_int8", "paged_kv", "speculative"], False, False)
     assert sorted("+ T6 model train" + r.estimate_from.split("+ T6 model train")[1] for r in rows) == \
         ["+ T6 model trained by an earlier demo"] * 2 + ["+ T6 model training"]
-
-
-def test_gpu_markers_put_pages_with_gpu_claims_first():
-    counts = gpu_campaign.gpu_marker_counts()
-    assert counts.get("kernel_fusion", 0) > 0
 
 
 # -- gpu_unpack ----------------------------------------------------------------------------------------
