@@ -37,10 +37,16 @@ def known_device(device: str) -> bool:
     return device == "gpu" or device in datasheets.sheets()
 
 
+def gpu_classes(records: dict[str, Record]) -> list[str]:
+    """The GPU classes with a record, newest measurement first (an H100 and an H200 record are each a GPU record)."""
+    gpus = [c for c in records if devices.is_gpu_class(c)]
+    return sorted(gpus, key=lambda c: records[c].provenance.utc, reverse=True)
+
+
 def target_devices(device: str, records: dict[str, Record]) -> list[str]:
-    """The device classes a claim is judged on: @gpu means every GPU with a record (or 'gpu' if none)."""
+    """The device classes a claim is judged on: @gpu means every GPU with a record, newest first (or 'gpu' if none)."""
     if device == "gpu":
-        return [c for c in records if devices.is_gpu_class(c)] or ["gpu"]
+        return gpu_classes(records) or ["gpu"]
     return [device]
 
 

@@ -17,7 +17,7 @@ from records import catalog, datasheets, devices
 from records.numbers import fmt_number, fmt_pair
 from records.paths import REPO_ROOT
 from website import sizing
-from website.claims import MissingMetric, judge, known_device, metric_value
+from website.claims import MissingMetric, gpu_classes, judge, known_device, metric_value
 from website.markers import Marker, substitute
 
 PLOTS_DIR = "assets/plots"
@@ -64,7 +64,6 @@ BADGES = {
     "fresh": ("mm-fresh", "fresh", "measured by the current demo code"),
     "stale": ("mm-stale", "demo changed since this was measured",
               "the demo, the harness or a module it imports changed after this record was made"),
-    "missing-gpu": ("mm-missing", "not yet measured on a GPU", "no GPU record has been committed for this demo"),
 }
 
 
@@ -222,15 +221,12 @@ def tab_label(device_class: str) -> str:
 
 
 def results_block(demo: str, records: dict[str, Record], current_digest: str | None, page_dir: str) -> str:
-    """Tabs with data first (GPUs, then the CPU), so the tab a reader sees first always has numbers;
-    while no GPU record exists, a last tab says how to make one."""
+    """A tab per device with a record: the GPUs first, newest first (H100 or H200, whichever was measured), then the
+    CPU. No empty tab: a GPU number still to measure is named once per page (drop_pending)."""
     if not records:
         return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
-    tabs = [(tab_label(c), device_tab(rec, record_state(rec, current_digest), page_dir)) for c, rec in records.items()]
-    if not any(devices.is_gpu_class(c) for c in records):
-        tabs.append(("GPU", f"{badge('missing-gpu')}\n\nNo GPU record yet. On a machine with an NVIDIA GPU, run "
-                            f"`python -m scripts.regen {demo} --device cuda` and commit "
-                            f"`docs/results/{demo}/<gpu>.json` (see the contributing guide)."))
+    order = [*gpu_classes(records), *(c for c in records if not devices.is_gpu_class(c))]
+    tabs = [(tab_label(c), device_tab(records[c], record_state(records[c], current_digest), page_dir)) for c in order]
     return "\n\n".join(f'=== "{label}"\n\n{_indent(body)}' for label, body in tabs)
 
 
@@ -245,15 +241,20 @@ def code_link(demo: catalog.Demo, page_dir: str) -> str:
 
 
 # -- inline metrics and claims --------------------------------------------------------------------
-PENDING = "mm-pending"  # a metric of a device without a record: one notice per section says so
+def pending(demo: str) -> str:
+    """What a number of a device without a record renders as, for now: drop_pending removes its sentence."""
+    return f"\ue000{demo}\ue001"
 
 
 def metric_text(marker: Marker, records: dict[str, Record]) -> str:
-    label = catalog.device_label(marker.device)
-    rec = records.get(marker.device)
+    device = marker.device
+    if device == "gpu":  # whichever GPU has it, the newest measurement first
+        gpus = gpu_classes(records)
+        device = next((c for c in gpus if marker.metric.name in records[c].metrics), gpus[0] if gpus else "gpu")
+    rec = records.get(device)
     if rec is None:
-        return (f'<span class="mm-value mm-missing {PENDING}" data-device="{attr(label)}" '
-                f'data-metric="{attr(marker.metric.name)}">–</span>')
+        return pending(marker.demo)
+    label = catalog.device_label(device)
     try:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
@@ -268,9 +269,11 @@ SNIPPET = re.compile(r"-{1,}8<-{1,}")  # pymdownx.snippets' include marker: an a
 def artifact_block(marker: Marker, records: dict[str, Record]) -> str:
     """A record's text artifact as a collapsible code block; the fence outgrows any backtick run
     in the text, so the artifact cannot close it and escape into the page."""
-    label = catalog.device_label(marker.device)
-    rec = records.get(marker.device)
-    text = None if rec is None else rec.artifacts.get(marker.artifact)
+    device = next(iter(gpu_classes(records)), "gpu") if marker.device == "gpu" else marker.device
+    label, rec = catalog.device_label(device), records.get(device)
+    if rec is None:
+        return pending(marker.demo)
+    text = rec.artifacts.get(marker.artifact)
     if text is None:
         return f'\n\n!!! note "{esc(marker.artifact)}"\n    Not yet measured on {esc(label)}.\n\n'
     text = SNIPPET.sub(lambda m: m.group(0).replace("<", "\u2039"), text)  # shown as --8‹--, never included
@@ -281,6 +284,8 @@ def artifact_block(marker: Marker, records: dict[str, Record]) -> str:
 
 def claim_text(marker: Marker, records: dict[str, Record]) -> str:
     verdicts = judge(marker, records)
+    if all(v.status == "not measured" and v.device_class not in records for v in verdicts):
+        return pending(marker.demo)  # no record of the device yet
     chips = []
     for v in verdicts:
         label = "GPU" if v.device_class == "gpu" else catalog.device_label(v.device_class)
@@ -296,7 +301,8 @@ def claim_text(marker: Marker, records: dict[str, Record]) -> str:
 
 
 # -- a whole page -------------------------------------------------------------------------------------
-def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, digests=None) -> str:
+def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, digests=None,
+                lost: list[str] | None = None) -> str:
     """Replace every marker of a page. ``load(demo)`` gives records by device class; ``digests``
     maps demo -> current source digest (None: computed from the demos on disk)."""
     markdown = sizing.expand(markdown, page_src_uri)  # {{ sizing ID }}: a worked problem, computed now
@@ -326,22 +332,74 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
             return artifact_block(marker, records)
         return claim_text(marker, records)
 
-    return pending_notices(substitute(markdown, render, page_src_uri))
+    return drop_pending(substitute(markdown, render, page_src_uri), lost)
 
 
-def pending_notices(markdown: str) -> str:
-    """A metric of a device that has no record yet renders as a dash; each section (## or ###) that
-    has any gets one line under its heading naming the devices, instead of a notice per number."""
-    parts = re.split(r"(^#{2,3} .*$)", markdown, flags=re.M)
-    out = []
-    for part in parts:
-        devices = sorted(set(re.findall(rf'class="mm-value mm-missing {PENDING}" data-device="([^"]*)"', part)))
-        if devices and out and re.match(r"^#{2,3} ", out[-1]):
-            note = (f'\n\n<p class="mm-pending-note">– : not yet measured on {", ".join(devices)} '
-                    f'(no record from that device yet).</p>\n')
-            part = note + part
-        out.append(part)
-    return "".join(out)
+TOKEN = re.compile("\ue000([A-Za-z0-9_]+)\ue001")
+SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[^a-z\s])")  # "e.g. the" and "1.5x" do not end a sentence
+BULLET = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
+LEAD_IN = re.compile(r"(\*{1,2}|_{1,2})[^*_]+\1")
+STRUCTURE = ("#", "!!!", "???", "===", "|", "<p", "<div", "</", "<details", "---", "```", "~~~")
+MEASURED = "mm-value\"", "mm-claim "  # a rendered number or verdict: losing one with a GPU sentence is an error
+
+
+def drop_pending(markdown: str, lost: list[str] | None = None) -> str:
+    """A GPU number or claim not measured yet takes its sentence with it (or its list item, or its table row), so a
+    page reads as what has been measured; one line under '## Measured' names what is pending on a GPU and the command
+    that measures it. A dropped sentence that also held a measured value is appended to ``lost`` (the tests refuse
+    such a sentence: a GPU number gets a sentence of its own)."""
+    if "\ue000" not in markdown:
+        return markdown
+    counts: dict[str, int] = {}
+
+    def keep(text: str) -> str:
+        sentences = SENTENCE.split(text)
+        for sentence in (x for x in sentences if TOKEN.search(x)):
+            for demo in TOKEN.findall(sentence):
+                counts[demo] = counts.get(demo, 0) + 1
+            if lost is not None and any(m in sentence for m in MEASURED):
+                lost.append(sentence)
+        return " ".join(x for x in sentences if not TOKEN.search(x))
+
+    blocks, out = re.split(r"(\n[ \t]*\n)", markdown), []
+    for i, block in enumerate(blocks):
+        if i % 2 or "\ue000" not in block:
+            out.append(block)
+            continue
+        units: list[list[str]] = []  # a structural line, a list item with its continuation, or a paragraph
+        for line in block.split("\n"):
+            stripped, indent = line.lstrip(), len(line) - len(line.lstrip())
+            last = units[-1] if units else None
+            if stripped.startswith(STRUCTURE) or BULLET.match(line) or last is None or \
+                    last[0].lstrip().startswith(STRUCTURE) or \
+                    (not BULLET.match(last[0]) and indent != len(last[0]) - len(last[0].lstrip())):
+                units.append([line])
+            else:
+                last.append(line)
+        kept, items_gone = [], False
+        for unit in units:
+            if not any("\ue000" in line for line in unit):
+                kept.append("\n".join(unit))
+            elif unit[0].lstrip().startswith(STRUCTURE):  # a table row goes; elsewhere only the marker
+                line = TOKEN.sub("", keep(unit[0]))
+                if not unit[0].lstrip().startswith("|"):
+                    kept.append(line)
+            else:
+                prefix = BULLET.match(unit[0]).group(1) if BULLET.match(unit[0]) else unit[0][:len(unit[0]) - len(unit[0].lstrip())]
+                text = keep(" ".join(line.strip() for line in unit)[len(prefix.strip()):].strip())
+                items_gone |= bool(BULLET.match(unit[0])) and not text
+                if text and not LEAD_IN.fullmatch(text):  # a lead-in like "*On a GPU.*" goes with what it led
+                    kept.append(prefix + text)
+        if not kept and items_gone and len(out) > 1 and out[-2].rstrip().endswith(":"):  # and the list's lead-in
+            lead_in = out[-2].rstrip()
+            out[-2] = lead_in[:len(lead_in) - len(SENTENCE.split(lead_in)[-1])].rstrip()
+        out.append("\n".join(kept))
+    text = "".join(out)
+    names = ", ".join(f"{n} number{'s' if n > 1 else ''} of {esc(d)}" if i == 0 else f"{n} of {esc(d)}"
+                      for i, (d, n) in enumerate(counts.items()))
+    note = (f'\n\n<p class="mm-pending-note" markdown>Still to be measured on a GPU: {names}. On your own NVIDIA GPU, '
+            f'`python -m scripts.regen {" ".join(counts)} --device cuda` measures them.</p>\n')
+    return re.sub(r"^## Measured[ \t]*$", lambda m: m.group(0) + note, text, count=1, flags=re.M)
 
 
 def plot_files(records_by_demo: dict[str, dict[str, Record]]) -> list[tuple[str, str]]:
