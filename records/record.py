@@ -273,7 +273,10 @@ class Record(dict):
 
 def parse(data, source: str = "record") -> Record:
     """A Record from parsed JSON, or RecordError naming the source and the first bad field."""
-    errors = validate(data)
+    try:
+        errors = validate(data)
+    except RecursionError:
+        raise RecordError(f"{source}: nested too deeply to be a record") from None
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise RecordError(f"{source}: {errors[0]}{more}")
@@ -288,6 +291,8 @@ def load(path: Path) -> Record:
         raise RecordError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RecordError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    except RecursionError:
+        raise RecordError(f"{path}: not valid JSON (nested too deeply)") from None
     return parse(data, str(path))
 
 

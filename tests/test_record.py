@@ -101,3 +101,12 @@ def test_a_failed_check_raises_and_leaves_the_previous_record(tmp_path):
         run.check_close("wrong_kernel", torch.ones(4), torch.zeros(4), rtol=1e-5, atol=1e-6)
     # the demo died here: save() never ran
     assert path.read_bytes() == before
+
+
+def test_a_record_nested_too_deeply_is_one_line_not_a_traceback(tmp_path):
+    from records import record
+
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(record.RecordError, match="nested too deeply"):
+        record.load(path)
