@@ -19,7 +19,7 @@ export XDG_CACHE_HOME := $(CURDIR)/.cache/xdg
 export NO_MKDOCS_2_WARNING := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup browser serve build test test-fast pytest regen regen-stale check clean exercise
+.PHONY: help setup browser serve build test test-fast pytest regen regen-stale check clean exercise gpu-wheels gpu-plan
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -61,6 +61,14 @@ regen: setup  ## regenerate records: make regen [DEMO=name] [DEVICE=cpu|cuda|aut
 
 regen-stale: setup  ## regenerate only missing or stale records on DEVICE
 	$(PY) -m scripts.regen --stale --device $(DEVICE)
+
+gpu-wheels: setup  ## fetch the wheels a lent GPU machine lacks (jsonschema and its dependencies) into .cache/wheels
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .cache/wheels $$($(PY) -m pip freeze | grep -E '^(jsonschema|jsonschema-specifications|referencing|rpds-py|attrs)==')
+
+gpu-plan:  ## the GPU campaign's plan, no GPU needed: make gpu-plan [BUDGET=9] [CALLS=2]
+	@$(if $(wildcard $(PY)),$(PY),python3) -m scripts.gpu_campaign --plan --budget-min $(or $(BUDGET),9) --calls $(or $(CALLS),2)
 
 check:  ## the fast gate: freshness, claims, plausibility, page structure (runs no demo)
 	@$(if $(wildcard $(PY)),$(PY),python3) -m scripts.check
