@@ -33,6 +33,26 @@ def test_kernel_fusion_page_shows_measurements(built_site):
     assert (site / "assets" / "plots" / "kernel_fusion" / "cpu-bias_gelu.svg").read_text().startswith("<?xml")
 
 
+def test_no_bare_gpu_dash_pill_or_empty_gpu_tab_in_the_built_site(built_site):
+    """Before a GPU record exists, a page carries no placeholder for it: no dash, no "not yet measured" pill, no
+    empty GPU tab, no leftover marker; a topic page waiting for GPU numbers names them in one line."""
+    site, _ = built_site
+    from records import gpu_set
+
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        where = page.relative_to(site)
+        assert "\ue000" not in text and "mm-pending " not in text, f"{where}: a pending marker was left"
+        assert not re.search(r'class="mm-value mm-missing[^"]*"[^>]*>\s*–', text), f"{where}: a bare dash"
+        assert "not yet measured on" not in text.lower(), f"{where}: a not-yet-measured pill or notice"
+        assert not re.search(r"<label[^>]*>GPU</label>", text), f"{where}: an empty GPU tab"
+        assert text.count('class="mm-pending-note"') <= 1, f"{where}: more than one pending line"
+    fusion = (site / "topics" / "kernel-fusion" / "index.html").read_text()
+    if not any((REPO / "docs" / "results" / "kernel_fusion").glob("h*.json")):
+        assert "Still to be measured on a GPU:" in fusion and "--device cuda" in fusion
+    assert "kernel_fusion" in gpu_set.declared().headline
+
+
 def test_no_request_to_other_hosts_in_the_built_pages(built_site):
     site, _ = built_site
     for page in site.rglob("*.html"):

@@ -386,8 +386,8 @@ def measurement_status() -> str:
         rows.append(f"| {html.escape(catalog.device_label(device_class))} | {len(states)} of {len(demos)} | "
                     f"{states.count('fresh')} | {states.count('stale')} |")
     gpu = [c for c in per_class if devices.is_gpu_class(c)]
-    lead = ("No demo has a GPU record yet: every GPU claim on the site reads \"not yet measured\", and the CPU "
-            "tab is shown first." if not gpu else
+    lead = ("No demo has a GPU record yet: pages show the CPU measurements, and each topic page names the GPU "
+            "numbers still to be measured." if not gpu else
             f"GPU records exist for {len(gpu)} device class(es); their tabs come first on every page.")
     return lead + "\n\n" + "\n".join(rows)
 
