@@ -175,8 +175,10 @@ class Run:
 
     def check_close(self, name: str, got: torch.Tensor, reference: torch.Tensor, *, rtol: float, atol: float,
                     reference_name: str = "float64 reference") -> None:
-        """|got - reference| <= atol + rtol * |reference| everywhere, computed in float64."""
-        got64, ref64 = got.detach().to("cpu", torch.float64), reference.detach().to("cpu", torch.float64)
+        """|got - reference| <= atol + rtol * |reference| everywhere, computed in float64 on the device both live on
+        (a GPU-sized array is never copied to the host for its check); on the host when they live apart."""
+        where = got.device if got.device == reference.device else "cpu"
+        got64, ref64 = got.detach().to(where, torch.float64), reference.detach().to(where, torch.float64)
         if got64.shape != ref64.shape:
             self.check(name, False, f"shape {tuple(got64.shape)} differs from the reference's {tuple(ref64.shape)}")
         err = (got64 - ref64).abs()

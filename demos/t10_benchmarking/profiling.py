@@ -24,6 +24,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from records.paths import REPO_ROOT
 from demos.harness.run import start
+from demos.t11_gpu._cuda import find_tool
 
 run = start(
     "profiling",
@@ -227,19 +228,29 @@ run.check("big_matmul_is_compute", splits["one_big_matmul"]["compute"] > splits[
 # (run by the demo on a GPU machine, its output parsed below):
 
 # %%
-NCU_ARGS = ["--csv", "--page", "details", "--section", "SpeedOfLight", "--section", "Occupancy",
+NCU_ARGS = ["--clock-control", "none", "--csv", "--page", "details", "--section", "SpeedOfLight", "--section", "Occupancy",
             "--section", "LaunchStats", "--kernel-name-base", "demangled", "--kernel-name", "regex:Gelu", "--launch-skip", "1",
             "--launch-count", "1", sys.executable, "-m", "demos.t10_benchmarking._ncu_target"]
-# The GELU kernel is PyTorch's vectorized_elementwise_kernel instantiated with GeluCUDAKernelImpl's functor, so the
-# name is matched on its demangled form; the first GELU launch is skipped, the second profiled.
+# --clock-control none: by default ncu locks the GPU's clocks to base while it profiles, so its rates would
+# disagree with the timings above (taken at the card's own clocks). The GELU kernel is PyTorch's
+# vectorized_elementwise_kernel instantiated with GeluCUDAKernelImpl's functor, so the name is matched on its
+# demangled form; the first GELU launch is skipped, the second profiled.
+NCU_TIMEOUT_S = 60  # one kernel replayed a few times; a refused or stuck profiler must not eat the run
 run.artifact("ncu_command", "ncu " + " ".join(NCU_ARGS[:-3] + ["python", "-m", "demos.t10_benchmarking._ncu_target"]))
-ncu = shutil.which("ncu")
+ncu = find_tool("ncu")  # on PATH, or where the CUDA toolkit and Nsight Compute install it
+proc = None
 if not gpu:
     run.not_run("Nsight Compute (ncu) on the GELU kernel", "needs a CUDA GPU and ncu; the command is stored as an artifact")
 elif ncu is None:
-    run.not_run("Nsight Compute (ncu) on the GELU kernel", "ncu is not on PATH on this machine")
+    run.not_run("Nsight Compute (ncu) on the GELU kernel", "ncu is not installed on this machine")
 else:
-    proc = subprocess.run([ncu, *NCU_ARGS], cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
+    try:
+        proc = subprocess.run([ncu, *NCU_ARGS], cwd=REPO_ROOT, capture_output=True, text=True, timeout=NCU_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        run.not_run("Nsight Compute (ncu) on the GELU kernel", f"ncu did not finish within {NCU_TIMEOUT_S} s")
+    except OSError as e:
+        run.not_run("Nsight Compute (ncu) on the GELU kernel", f"ncu could not start: {e}")
+if proc is not None:
     lines = proc.stdout.splitlines()
     header = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if proc.returncode != 0 or header is None:

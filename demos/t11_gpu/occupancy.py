@@ -134,7 +134,7 @@ NCU_METRICS = ["sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum
 # changes the card's settings for everyone and the rates it reads.
 NCU_ARGS = ["--clock-control", "none", "--kernel-name", "stream_scale", "--metrics", ",".join(NCU_METRICS), "--csv",
             sys.executable, "-m", "demos.t11_gpu._occupancy_target"]
-NCU_TIMEOUT_S = 90  # two short kernels replayed a few times; a refused or stuck profiler must not eat the run
+NCU_TIMEOUT_S = 60  # two short kernels replayed a few times; a refused or stuck profiler must not eat the run
 run.artifact("ncu_command", "ncu " + " ".join(NCU_ARGS[:-3] + ["python", "-m", "demos.t11_gpu._occupancy_target"]))
 
 if not run.device.is_gpu:
