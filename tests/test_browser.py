@@ -132,13 +132,17 @@ def test_device_tabs_switch(page):
     page.goto(page.base + "topics/kernel-fusion/")
     labels = page.locator(".tabbed-set").first.locator(".tabbed-labels label")
     names = [labels.nth(i).inner_text() for i in range(labels.count())]
-    # tabs with data first (GPUs, then the CPU); without a GPU record, a last "GPU" tab says how to make one
-    assert "CPU" in names and len(names) >= 2
+    # one tab per device with a record, the GPUs first and the CPU last; no empty GPU tab before a GPU record exists
+    from records import datasheets
+
+    classes = [p.stem for p in (REPO / "docs" / "results" / "kernel_fusion").glob("*.json")]
+    assert sorted(names) == sorted(datasheets.label(c) for c in classes) and names[-1] == "CPU"
     labels.nth(0).click()
     first = page.locator(".tabbed-block:visible").first.inner_text()
-    labels.nth(len(names) - 1).click()
-    last = page.locator(".tabbed-block:visible").first.inner_text()
-    assert first != last and "Measured on" in first
+    assert "Measured on" in first
+    if len(names) > 1:  # a GPU record exists: choosing another device shows its own numbers
+        labels.nth(len(names) - 1).click()
+        assert page.locator(".tabbed-block:visible").first.inner_text() != first
 
 
 def test_practice_mode_reveals_answer_and_remembers_known(page):
