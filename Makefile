@@ -65,7 +65,7 @@ regen-stale: setup  ## regenerate only missing or stale records on DEVICE
 gpu-wheels: setup  ## fetch the wheels a lent GPU machine lacks (jsonschema and its dependencies) into .cache/wheels
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	  -d .cache/wheels $$($(PY) -m pip freeze | grep -E '^(jsonschema|jsonschema-specifications|referencing|rpds-py|attrs)==')
+	  -d .cache/wheels $$($(PY) -m pip freeze | grep -E '^(jsonschema|jsonschema-specifications|referencing|rpds-py|attrs|typing_extensions)==')
 
 gpu-plan:  ## the GPU campaign's plan, no GPU needed: make gpu-plan [BUDGET=9] [CALLS=2]
 	@$(if $(wildcard $(PY)),$(PY),python3) -m scripts.gpu_campaign --plan --budget-min $(or $(BUDGET),9) --calls $(or $(CALLS),2)
