@@ -209,16 +209,15 @@ def input_hashes(declared: dict[str, list[str]], demo: str, device_class: str, r
     """{'record kernel_fusion/cpu': hash, 'file tests/fixtures/x.json': hash, 'datasheet h100': hash, ...}
     for the declared inputs, ``{device}`` read as this record's device class and ``*`` expanded."""
     from records import datasheets
-    from records.paths import RESULTS_DIR
+    from records.paths import RESULTS_DIR, input_record_demos, input_record_path
 
     results = root / RESULTS_DIR.relative_to(REPO_ROOT)
     out: dict[str, str] = {}
     for pattern in declared.get("records", []):
         name, _, cls = pattern.replace("{device}", device_class).partition("/")
-        demos = sorted(p.parent.name for p in results.glob(f"*/{cls}.json") if p.parent.name != demo) \
-            if name == "*" else [name]
-        for d in demos:
-            out[f"record {d}/{cls}"] = _record_hash(results / d / f"{cls}.json")
+        demos = [d for d in input_record_demos(cls, results) if d != demo] if name == "*" else [name]
+        for d in demos:  # the file the demo reads (a campaign's staged copy first): records/paths.py
+            out[f"record {d}/{cls}"] = _record_hash(input_record_path(d, cls, results))
     for rel in declared.get("files", []):
         path = root / rel
         out[f"file {rel}"] = content_hash(path.read_bytes()) if path.is_file() else "missing"

@@ -22,7 +22,7 @@ import fnmatch
 from pathlib import Path
 
 from records import datasheets, record
-from records.paths import REPO_ROOT, RESULTS_DIR
+from records.paths import REPO_ROOT, input_record_demos, input_record_path
 
 
 class UndeclaredInput(LookupError):
@@ -39,18 +39,19 @@ class Inputs:
         return any(fnmatch.fnmatchcase(name, p.replace("{device}", "*")) for p in patterns)
 
     def record(self, demo: str, device_class: str) -> record.Record | None:
-        """The committed record docs/results/<demo>/<class>.json (validated), or None where there is none."""
+        """The committed record docs/results/<demo>/<class>.json (validated; a GPU campaign's staged copy
+        first, see records/paths.py), or None where there is none."""
         if not self._allowed(self.record_patterns, f"{demo}/{device_class}"):
             raise UndeclaredInput(f"record {demo}/{device_class} is not declared in INPUTS = declare(records=[...])")
-        path = record.record_path(RESULTS_DIR, demo, device_class)
+        path = input_record_path(demo, device_class)
         return record.load(path) if path.is_file() else None
 
     def records(self, device_class: str, exclude: str = "") -> dict[str, record.Record]:
         """Every committed record of one class (declared as "*/<class>"), by demo, ``exclude`` left out."""
         if not self._allowed([p for p in self.record_patterns if p.startswith("*/")], f"*/{device_class}"):
             raise UndeclaredInput(f"records */{device_class} are not declared in INPUTS = declare(records=[...])")
-        return {p.parent.name: record.load(p) for p in sorted(RESULTS_DIR.glob(f"*/{device_class}.json"))
-                if p.parent.name != exclude}
+        return {d: record.load(input_record_path(d, device_class)) for d in input_record_demos(device_class)
+                if d != exclude}
 
     def text(self, path: str) -> str:
         """A data file's text (declared by its path relative to the repository)."""

@@ -5,6 +5,7 @@ Demos, the harness, the site, the operations commands and tests all import their
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CORE_DIR = Path(__file__).resolve().parent  # records/: this package
@@ -18,6 +19,26 @@ CACHE_DIR = REPO_ROOT / ".cache"  # ignored by git: compile caches, trained mode
 RECORD_SCHEMA = CORE_DIR / "record.schema.json"
 DATASHEETS = CORE_DIR / "datasheets.toml"
 GPU_SET = CORE_DIR / "gpu_set.toml"
+
+# A GPU campaign stages the records it writes in a folder of its own (scripts/gpu_campaign.py) until they are
+# unpacked and gated here. A demo run by it that reads another demo's record (records/inputs.py) must read the
+# staged one, measured minutes earlier on the same GPU, and its digest must hash that same file.
+STAGED_RESULTS_ENV = "MLSM_STAGED_RESULTS"
+
+
+def input_record_path(demo: str, device_class: str, results_dir: Path = RESULTS_DIR) -> Path:
+    """Where a declared input record is read from: the campaign's staged copy when one exists (see
+    STAGED_RESULTS_ENV), else ``results_dir`` (docs/results)."""
+    staged = os.environ.get(STAGED_RESULTS_ENV)
+    if staged and (Path(staged) / demo / f"{device_class}.json").is_file():
+        return Path(staged) / demo / f"{device_class}.json"
+    return results_dir / demo / f"{device_class}.json"
+
+
+def input_record_demos(device_class: str, results_dir: Path = RESULTS_DIR) -> list[str]:
+    """Every demo with a record of this class, staged or published (for inputs declared as "*/<class>")."""
+    folders = [results_dir] + ([Path(os.environ[STAGED_RESULTS_ENV])] if os.environ.get(STAGED_RESULTS_ENV) else [])
+    return sorted({p.parent.name for f in folders for p in f.glob(f"*/{device_class}.json")})
 
 
 def shown(path: Path) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from demos.harness.provenance import COMMIT_ENV, git_state
 from records import atomic, catalog, devices, digest as digests, gpu_set, plausibility, record
 from records.errors import OneLineParser, fail
-from records.paths import CACHE_DIR, DEMOS_DIR, RESULTS_DIR, shown
+from records.paths import CACHE_DIR, DEMOS_DIR, RESULTS_DIR, STAGED_RESULTS_ENV, shown
 from scripts import regen
 from scripts._preflight import preflight
 
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(r.demo for r in rows) or 'none'}")
         return 0
 
-    env = {**os.environ, COMMIT_ENV: commit, "PYTHONUNBUFFERED": "1",
+    env = {**os.environ, COMMIT_ENV: commit, STAGED_RESULTS_ENV: str(results_dir), "PYTHONUNBUFFERED": "1",
            "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TOKENIZERS_PARALLELISM": "false"}
     log_dir.mkdir(parents=True, exist_ok=True)
     for old in log_dir.glob("*.log"):  # logs of this call only; records stay (they are the resume state)

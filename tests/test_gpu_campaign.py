@@ -238,7 +238,7 @@ def test_plan_prints_the_gpu_set_its_calls_and_what_is_left_without_a_gpu(tmp_pa
         assert float(line.split()[4]) <= 9.0, line
     assert all(r[1] != "later" for r in rows), "the whole GPU set fits two 9-minute calls"
     assert gpu_campaign.main(["--plan", "h200", "--budget-min", "0.1", "--only", "kernel_fusion,autotune",
-                              "--staging", str(tmp_path)]) == 0
+                              "--staging", str(tmp_path), "--published-dir", str(tmp_path / "none")]) == 0
     out = capsys.readouterr().out
     assert "class h200" in out and "remaining (budget): kernel_fusion, autotune" in out
 
@@ -435,6 +435,27 @@ def test_the_plan_runs_a_reader_after_what_it_reads(tmp_path):
     assert order.index("kernel_fusion") < order.index("machine_laws")
     assert order.index("layout_and_padding") < order.index("machine_laws")
     assert order[-1] == "regression_gate"  # it reads every record
+
+
+def test_a_reader_in_a_campaign_reads_the_staged_record_and_its_digest_hashes_it(tmp_path, monkeypatch, record_factory):
+    """machine_laws on the first H200 window read docs/results, where the campaign had not put kernel_fusion's
+    record (it was staged), so its roofline lacked the GPU kernels and the record was stale once unpacked."""
+    from records import digest, paths
+    from records.inputs import declare
+
+    staged = record_factory(device_class="h200")
+    path = tmp_path / "kernel_fusion" / "h200.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(staged))
+    reader = declare(records=["kernel_fusion/{device}", "*/h200"])
+    declared = {"records": ["kernel_fusion/{device}"]}
+    monkeypatch.delenv(paths.STAGED_RESULTS_ENV, raising=False)
+    published = digest.input_hashes(declared, "machine_laws", "h200")["record kernel_fusion/h200"]
+    monkeypatch.setenv(paths.STAGED_RESULTS_ENV, str(tmp_path))
+    assert reader.record("kernel_fusion", "h200") is not None
+    assert "kernel_fusion" in reader.records("h200")
+    hashed = digest.input_hashes(declared, "machine_laws", "h200")["record kernel_fusion/h200"]
+    assert hashed == digest.content_hash(digest.measured_content(staged)) != published
 
 
 def test_the_documented_window_is_one_command_that_leaves_the_gpu_kind_to_whatever_is_free():
