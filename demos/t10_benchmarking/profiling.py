@@ -110,7 +110,13 @@ programs = {
 # On a CPU the split is read from the recorded step of median length: a step in which another
 # process took the core for a time slice charges that slice to whichever operator was running, and
 # the median step is the one least likely to carry such a slice. On a GPU, kernel times are summed
-# over the recorded steps and divided by their number.
+# over the recorded steps and divided by their number. Only kernels (and copies, memsets) count
+# there: with CUDA profiled, every `record_function` range (`ProfilerStep#N`, the optimizer's
+# `Optimizer.step#SGD.step`) also gets a GPU-side copy, a `gpu_user_annotation` event that spans
+# the kernels launched inside it. It is a device event too, but summing it would count those
+# kernels a second time (for the big matmul, the step's annotation is as long as its one GEMM).
+# The schedule makes one cycle (`repeat=1`): the profiler keeps only the events of its last cycle,
+# so the split checks that all 10 recorded steps are there.
 
 # %%
 ACTIVE = 10
@@ -118,7 +124,10 @@ ACTIVE = 10
 
 def profile_program(fn):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=ACTIVE)) as prof:
+    # One cycle only (repeat=1): a second cycle would start a fresh profiler and drop these events.
+    # (PyTorch 2.10 and 2.11 print "Profiler clears events at the end of each cycle" for any
+    # profiler, one cycle or not: pytorch/pytorch#180348, fixed in later versions.)
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=ACTIVE, repeat=1)) as prof:
         for _ in range(1 + 1 + ACTIVE):
             fn()
             run.device.sync()  # every kernel of this step finishes inside its own profiled step
@@ -130,7 +139,9 @@ def split(prof, harness_step_s: float) -> dict:
     """Seconds per step in compute / other operators / outside, the number of operator calls per step,
     and the median operator's self time, from the profile's events (see the text above)."""
     events = prof.events()
-    steps = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))
+    # The recorded steps, from their CPU-side ranges (on a GPU each also has a GPU-side copy).
+    steps = sorted((e.time_range.start, e.time_range.end) for e in events
+                   if e.name.startswith("ProfilerStep") and e.device_type == DeviceType.CPU)
     if not gpu and steps:  # the recorded step of median length
         start, end = sorted(steps, key=lambda se: se[1] - se[0])[len(steps) // 2]
         chosen = [e for e in events if start <= e.time_range.start < end]
@@ -140,7 +151,9 @@ def split(prof, harness_step_s: float) -> dict:
     compute = other = 0.0
     ops, op_times = 0, []
     for e in chosen:
-        if gpu and e.device_type == DeviceType.CUDA:  # a kernel: its duration on the GPU
+        if gpu and e.device_type == DeviceType.CUDA and e.is_user_annotation:
+            continue  # a record_function range's GPU-side copy: it spans kernels counted on their own
+        if gpu and e.device_type == DeviceType.CUDA:  # a kernel, copy or memset: its duration on the GPU
             dur = e.time_range.elapsed_us() / 1e6
             op_times.append(dur)
         elif not gpu and e.name.startswith("aten::"):
@@ -157,7 +170,8 @@ def split(prof, harness_step_s: float) -> dict:
             other += dur
     compute, other, ops = compute / n_steps, other / n_steps, ops / n_steps
     return {"compute": compute, "other": other, "outside": max(step_s - compute - other, 0.0), "ops": ops,
-            "step": step_s, "median_op_s": float(np.median(op_times)) if op_times else 0.0}
+            "step": step_s, "median_op_s": float(np.median(op_times)) if op_times else 0.0,
+            "recorded_steps": len(steps)}
 
 
 rows, splits = [], {}
@@ -165,6 +179,8 @@ for name, fn in programs.items():
     timing = run.time(fn)
     prof = profile_program(fn)
     s = splits[name] = split(prof, timing.median_s)
+    run.check(f"{name}.all_steps_recorded", s["recorded_steps"] == ACTIVE,
+              f"the profile holds all {ACTIVE} recorded steps (found {s['recorded_steps']})")
     total = s["step"]
     rows.append([name, round(timing.median_s * 1e3, 3), round(total * 1e3, 3), round(s["ops"]),
                  round(timing.median_s / max(s["ops"], 1) * 1e6, 2), round(s["median_op_s"] * 1e6, 2),
@@ -188,9 +204,10 @@ for name, fn in programs.items():
         except (AttributeError, KeyError, ValueError):
             table_text = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=40)
         run.artifact("mlp_step.top_ops", table_text)
+        # Not the user annotations: on a GPU, ProfilerStep*'s GPU-side copy would lead with the whole step.
         averages = sorted(prof.key_averages(), key=lambda e: -self_time(e))
         top = [[e.key, e.count // ACTIVE, round(self_time(e) / ACTIVE / 1e3, 3)]
-               for e in averages if e.key.startswith("aten::") or gpu][:10]
+               for e in averages if e.key.startswith("aten::") or (gpu and not e.is_user_annotation)][:10]
         run.table("top_ops", f"Top operators of one MLP training step, self {'GPU' if gpu else 'CPU'} time",
                   ["operator" + (" / kernel" if gpu else ""), "calls per step", "self ms per step"], top)
 run.table("split", "Where a step's time goes (shares of the step: the profiled step on a CPU, the synchronised "
