@@ -99,6 +99,8 @@ def check_plausibility(report: Report, records: dict[str, dict]) -> None:
         for device_class, rec in recs.items():
             for problem in plausibility.vet(rec, f"docs/results/{name}/{device_class}.json"):
                 report.error(problem)
+            for problem in plausibility.above_ceiling(rec, f"docs/results/{name}/{device_class}.json"):
+                report.warn(problem)
 
 
 # -- pages ----------------------------------------------------------------------------------------------

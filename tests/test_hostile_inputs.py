@@ -96,6 +96,19 @@ def test_a_fraction_above_one_is_refused_unless_cache_resident(site, capsys):
     assert code == 0, errors
 
 
+def test_a_fraction_just_above_one_is_published_and_named_as_an_under_reading_ceiling():
+    """The first H200 window: a 4096^3 product ran 1.09x its run's 8192^3 bf16 ceiling. Within the margin it is
+    published (a GPU record is rare), but the check names the ceiling as wrong instead of staying silent."""
+    from records import plausibility
+    rec = make_record(device_class="h200")
+    rec["metrics"]["x"] = {"value": 21.8, "unit": "GB/s", "ceiling": "copy_bandwidth", "fraction_of_ceiling": 1.09}
+    assert plausibility.vet(rec, "r") == []
+    assert any("1.09x its same-run ceiling copy_bandwidth: that ceiling under-reads" in w
+               for w in plausibility.above_ceiling(rec, "r"))
+    rec["metrics"]["x"].update(value=19.0, fraction_of_ceiling=0.95)
+    assert plausibility.above_ceiling(rec, "r") == []
+
+
 def test_a_stated_fraction_must_equal_value_over_ceiling(site, capsys):
     rec = gpu_record(site, value=10.0, ceiling="copy_bandwidth", fraction_of_ceiling=0.05)  # 10 / 20 is 0.5
     code, errors = errors_of(site, capsys, rec)
