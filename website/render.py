@@ -158,8 +158,9 @@ def table_md(table: dict) -> str:
     gap = [f"... {hidden} more rows" if i == 0 else None for i in range(len(columns))]
     summary = _rows_md(columns, [*rows[:SUMMARY_HEAD], gap, *rows[-SUMMARY_TAIL:]])
     full = _indent(_rows_md(columns, rows))
+    kind = "note mm-wide" if len(columns) >= WIDE_TABLE_COLUMNS else "note"  # the folded copy is compact too
     return (f"{title}\n\n{summary}\n\n"
-            f'??? note "Full table: {esc(table["title"]).replace(chr(34), "&quot;")} ({len(rows)} rows)"\n\n{full}')
+            f'??? {kind} "Full table: {esc(table["title"]).replace(chr(34), "&quot;")} ({len(rows)} rows)"\n\n{full}')
 
 
 def is_timeline(series: dict) -> bool:
