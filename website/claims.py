@@ -43,6 +43,13 @@ def gpu_classes(records: dict[str, Record]) -> list[str]:
     return sorted(gpus, key=lambda c: records[c].provenance.utc, reverse=True)
 
 
+def gpu_class_for(metric_name: str, records: dict[str, Record]) -> str:
+    """The class an @gpu metric marker shows: the newest GPU record holding that metric, else the newest GPU
+    record, else 'gpu' (none yet)."""
+    gpus = gpu_classes(records)
+    return next((c for c in gpus if metric_name in records[c].metrics), gpus[0] if gpus else "gpu")
+
+
 def target_devices(device: str, records: dict[str, Record]) -> list[str]:
     """The device classes a claim is judged on: @gpu means every GPU with a record, newest first (or 'gpu' if none)."""
     if device == "gpu":

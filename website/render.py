@@ -17,7 +17,7 @@ from records import catalog, datasheets, devices
 from records.numbers import fmt_number, fmt_pair
 from records.paths import REPO_ROOT
 from website import sizing
-from website.claims import MissingMetric, gpu_classes, judge, known_device, metric_value
+from website.claims import MissingMetric, gpu_class_for, gpu_classes, judge, known_device, metric_value
 from website.markers import Marker, substitute
 
 PLOTS_DIR = "assets/plots"
@@ -250,8 +250,7 @@ def pending(demo: str) -> str:
 def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     device = marker.device
     if device == "gpu":  # whichever GPU has it, the newest measurement first
-        gpus = gpu_classes(records)
-        device = next((c for c in gpus if marker.metric.name in records[c].metrics), gpus[0] if gpus else "gpu")
+        device = gpu_class_for(marker.metric.name, records)
     rec = records.get(device)
     if rec is None:
         return pending(marker.demo)

@@ -230,16 +230,14 @@ def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
     """The first {{ metric }} marker of a Markdown fragment whose device has a record: (the marker, the
     metric's label from that record), or None when the fragment quotes no measured number."""
     from records import catalog
-    from website.claims import gpu_classes
+    from website.claims import gpu_class_for
     from website.markers import find
 
     for m in find(answer):
         if m.kind != "metric":
             continue
         records = catalog.load_records(m.demo)
-        device = m.device
-        if device == "gpu":  # whichever GPU has it, newest first: the class the page itself shows
-            device = next((c for c in gpu_classes(records) if m.metric.name in records[c].metrics), "gpu")
+        device = gpu_class_for(m.metric.name, records) if m.device == "gpu" else m.device  # as the page shows it
         rec = records.get(device)
         metric = rec.metrics.get(m.metric.name) if rec is not None else None
         if metric is None:
