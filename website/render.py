@@ -91,7 +91,7 @@ def provenance_line(rec: Record) -> str:
         parts.append(f"{esc(p.cpu_count)} cores, {esc(p.torch_threads or '?')} threads")
     parts += [versions, f"Python {esc(p.python)}", esc(p.utc[:10])]
     if p.commit:
-        parts.append(f"commit {esc(p.commit[:10])}" + (" (uncommitted changes)" if p.dirty else ""))
+        parts.append(f"commit {esc(p.commit[:10])}" + (" (its measured code had uncommitted changes)" if p.dirty else ""))
     parts.append(f"size preset {esc(rec.size)}, run took {rec.wall_time_s:.0f} s")
     return "Measured on " + " · ".join(x for x in parts if x)
 
