@@ -82,27 +82,31 @@ def time_with_host_clock(device, fn: Callable[[], object], repeats: int, flush: 
             device.sync()
             times.append(time.perf_counter() - start)
             after = waited()
-            times.waits.append(None if before is None or after is None else after - before)
-    if any(w is None for w in times.waits):
-        times.waits = None
+            if before is None or after is None:
+                times.waits = times.ran = None
+            elif times.waits is not None:
+                times.ran.append(after[0] - before[0])
+                times.waits.append(after[1] - before[1])
     return times
 
 
 class Samples(list):
-    """Seconds per call, and (``waits``) how long the process's threads waited for a CPU during each (None where
-    the system does not say): the stability guard (timing.judge) leaves preempted samples out. Read outside
-    the clock, so they cost it nothing."""
+    """Seconds per call, and for each how long the process's threads ran (``ran``, CPU seconds summed over them)
+    and waited for a CPU (``waits``); None where the system does not say. The stability guard (timing.judge)
+    leaves preempted samples out. Read outside the clock, so they cost it nothing."""
 
     def __init__(self):
         super().__init__()
-        self.waits: list[float | None] | None = []
+        self.ran: list[float] | None = []
+        self.waits: list[float] | None = []
 
 
 class RunQueueWait:
-    """Seconds this process's threads have spent runnable but waiting for a CPU (Linux schedstat: the second
-    field of /proc/self/task/<tid>/schedstat, in ns). A busy machine shows up here directly: another process
-    holding a core makes this process's threads wait, by whole scheduler slices. The files are opened once per
-    batch of samples (threads started later are not seen), so a reading costs microseconds."""
+    """(Seconds this process's threads have run, seconds they have spent runnable but waiting for a CPU), summed over
+    its threads (Linux schedstat: the first two fields of /proc/self/task/<tid>/schedstat, in ns). A busy machine
+    shows up here directly: another process holding a core makes this process's threads wait, by whole scheduler
+    slices. The files are opened once per batch of samples (threads started later are not seen), so a reading
+    costs microseconds."""
 
     def __enter__(self):
         self.fds = []
@@ -114,16 +118,17 @@ class RunQueueWait:
             self.fds = None
         return self
 
-    def __call__(self) -> float | None:
+    def __call__(self) -> tuple[float, float] | None:
         if not self.fds:
             return None
-        total = 0
+        ran = waited = 0
         for fd in self.fds:
             try:
-                total += int(os.pread(fd, 128, 0).split()[1])
+                fields = os.pread(fd, 128, 0).split()
+                ran, waited = ran + int(fields[0]), waited + int(fields[1])
             except (OSError, IndexError, ValueError):
                 pass  # a thread that ended
-        return total / 1e9
+        return ran / 1e9, waited / 1e9
 
     def __exit__(self, *exc):
         for fd in self.fds or []:

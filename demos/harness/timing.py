@@ -8,8 +8,9 @@
    sync before the clock stops. On a GPU the L2 cache is flushed before every repeat.
 4. The stability guard (``judge``): what the operating system says about the timed samples decides
    whether they measure the work or the machine. On a host clock each sample knows how long the
-   process's threads waited for a CPU while it ran (run-queue wait, Linux schedstat); a preempted sample
-   holds someone else's time slice (a busy 2-core machine put whole 8 ms slices into kernel times). The
+   process's threads ran and waited for a CPU while it ran (Linux schedstat); a sample whose threads waited
+   while they left a core's worth of room unused was preempted by another process, and holds its time
+   slice (a busy 2-core machine put whole 8 ms slices into kernel times). The
    measurement is stable when few samples were preempted and the others agree (``SPREAD_BOUND``).
    An unstable one is measured again, up to ``ATTEMPTS`` times; a CPU run still unstable stops with one
    line naming the measurement and the machine's load, before any record is written (a GPU run keeps
@@ -44,14 +45,18 @@ from records.errors import fail
 PROTOCOL_VERSION = 2
 
 # The stability guard's bounds, stated once (they are in every record's ``stability.rule``).
-WAIT_FRACTION = 0.05  # a sample is preempted when its threads waited for a CPU longer than this part of it
+WAIT_FRACTION = 0.05  # a sample is preempted when its threads waited for a CPU longer than this part of it ...
+ROOM_FOR_OTHERS = 0.25  # ... while its own threads left more than this many cores unused (room for another process)
+BUSY_CORES = 0.5  # ... and other processes took at least this many cores over the measurement (/proc/stat)
 PREEMPTED_MAX = 0.25  # at most this fraction of a measurement's samples preempted
 STABLE_MIN = 3  # at least this many samples not preempted
 SPREAD_BOUND = 2.0  # the stable samples' 90th percentile at most this many times their 10th ...
 SPREAD_FLOOR_S = 50e-6  # ... or at most this much above it (a microsecond kernel's jitter is not a busy machine)
 ATTEMPTS = 3  # a measurement is taken at most this many times
 RULE = (f"a sample is preempted when the process's threads waited for a CPU (run-queue wait) longer than "
-        f"{WAIT_FRACTION:.0%} of it; a measurement is stable when "
+        f"{WAIT_FRACTION:.0%} of it while they left more than {ROOM_FOR_OTHERS:g} of a core unused and other processes "
+        f"took at least {BUSY_CORES:g} cores over the measurement (or its window was too short to tell); a measurement "
+        "is stable when "
         f"at most {PREEMPTED_MAX:.0%} of its samples were preempted, at least {STABLE_MIN} were not, and their 90th "
         f"percentile is within {SPREAD_BOUND:g}x of their 10th (or within {SPREAD_FLOOR_S * 1e6:g} us of it); an unstable one is measured again, {ATTEMPTS} times "
         "at most, and a CPU run still unstable stops without a record. A time is the median of the stable samples, "
@@ -67,7 +72,7 @@ class Settings:
     flush_l2: bool = True
     # Stop the run when a measurement stays unstable: a CPU record meant for the site. A tiny-size run (the
     # tests' smoke run: cache-sized data, microsecond timings, never published) and a GPU run keep theirs, flagged.
-    refuse_unstable: bool = True
+    refuse_unstable: bool = False  # the Run sets it for a CPU run that is not tiny
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -107,11 +112,19 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def preempted_flags(times: list[float], waits: list[float] | None) -> list[bool] | None:
-    """Which samples were preempted: their threads waited for a CPU longer than WAIT_FRACTION of the sample."""
-    if waits is None:
-        return None
-    return [w > WAIT_FRACTION * t for t, w in zip(times, waits)]
+def preempted_flags(times: list[float], waits: list[float] | None, ran: list[float] | None = None,
+                    cpus: int | None = None, busy: bool | None = None) -> list[bool] | None:
+    """Which samples were preempted by another process: their threads waited for a CPU longer than WAIT_FRACTION
+    of the sample, while the machine had room for someone else (the process's own threads left more than
+    ROOM_FOR_OTHERS of a core unused) and someone else ran (``busy``: other processes took at least BUSY_CORES
+    over the measurement; None when its window was too short for /proc/stat to say). A process also waits on
+    itself: its own threads oversubscribing the cores (OpenMP workers spinning beside XLA's pool) or waking
+    idle workers; that wait is part of the work measured, and on a quiet machine it is not preemption."""
+    if waits is None or busy is False:
+        return None if waits is None else [False] * len(times)
+    cpus = cpus or os.cpu_count() or 1
+    ran = ran if ran is not None else [0.0] * len(times)
+    return [w > WAIT_FRACTION * t and cpus * t - r > ROOM_FOR_OTHERS * t for t, w, r in zip(times, waits, ran)]
 
 
 def judge(times: list[float], preempted: list[bool] | None) -> tuple[bool, str, list[float]]:
@@ -165,6 +178,8 @@ class OsView:
         return self
 
     def __exit__(self, *exc):
+        if hasattr(self, "switches"):
+            return False  # already closed
         wall = max(time.perf_counter() - self.t0, 1e-9)
         self.switches = involuntary_switches() - self.switches0
         busy1 = _machine_busy_s()
@@ -218,6 +233,7 @@ def measure(fn: Callable[[], object], device, settings: Settings = Settings(), w
     device.sync()
     first_call_s = time.perf_counter() - start
 
+    view = OsView().__enter__()  # the first attempt's view spans the warm-up too: /proc/stat counts in 10 ms ticks
     for _ in range(settings.warmup):
         fn()
     device.sync()
@@ -227,9 +243,13 @@ def measure(fn: Callable[[], object], device, settings: Settings = Settings(), w
     wanted = int(settings.min_time / max(probe, 1e-9))
     repeats = max(settings.min_repeats, min(settings.max_repeats, wanted))
     for attempt in range(1, ATTEMPTS + 1):
-        with OsView() as view:
-            times = device.time_calls(fn, repeats, settings.flush_l2)
-        timing = summarize(first_call_s, list(times), preempted_flags(times, getattr(times, "waits", None)),
+        if attempt > 1:
+            view = OsView().__enter__()
+        times = device.time_calls(fn, repeats, settings.flush_l2)
+        view.__exit__()
+        busy = None if view.others_cores is None else view.others_cores >= BUSY_CORES
+        flags = preempted_flags(times, getattr(times, "waits", None), getattr(times, "ran", None), busy=busy)
+        timing = summarize(first_call_s, list(times), flags,
                            attempts=attempt, switches=view.switches, others_cores=view.others_cores, steal_s=view.steal_s,
                            load_1min=view.load_1min, where=where)
         if timing.stable:
