@@ -92,14 +92,27 @@ class ScriptedDevice:
         return out
 
 
-def test_an_unstable_measurement_is_taken_again():
+@pytest.fixture
+def busy_machine(monkeypatch):
+    """/proc/stat, asked after a short window, says other processes keep a core busy."""
+    monkeypatch.setattr(timing, "machine_others_cores", lambda: 1.0)
+
+
+def test_waits_in_a_short_window_on_a_quiet_machine_are_the_process_own(monkeypatch):
+    monkeypatch.setattr(timing, "machine_others_cores", lambda: 0.0)
+    waited = ([1e-3] * 8, [0.3e-3] * 8)  # every sample waited 30%, but nobody else was running
+    t = measure(lambda: None, ScriptedDevice([waited]), FAST, where="test")
+    assert t.stable and t.preempted == 0 and t.attempts == 1
+
+
+def test_an_unstable_measurement_is_taken_again(busy_machine):
     busy = ([8e-3] * 8, [7e-3] * 8)
     quiet = ([1e-3] * 8, [0.0] * 8)
     t = measure(lambda: None, ScriptedDevice([busy, quiet]), FAST, where="test")
     assert t.stable and t.attempts == 2 and t.median_s == 1e-3
 
 
-def test_a_cpu_run_still_unstable_stops_with_one_line(capsys):
+def test_a_cpu_run_still_unstable_stops_with_one_line(capsys, busy_machine):
     busy = ([8e-3] * 8, [7e-3] * 8)
     with pytest.raises(SystemExit) as e:
         measure(lambda: None, ScriptedDevice([busy] * timing.ATTEMPTS), FAST, where="demo.py:12")
@@ -109,7 +122,7 @@ def test_a_cpu_run_still_unstable_stops_with_one_line(capsys):
     assert len(err.splitlines()) == 1
 
 
-def test_a_gpu_timing_is_kept_and_flagged():
+def test_a_gpu_timing_is_kept_and_flagged(busy_machine):
     class Gpu(ScriptedDevice):
         kind = "cuda"
     busy = ([30e-6] * 4 + [3e-3] * 4, None)
@@ -141,3 +154,28 @@ def test_a_demo_beside_a_cpu_burner_never_saves_slices(tmp_path):
         stability = json.loads(record.read_text())["stability"]
         assert stability["unstable"] == 0
         assert all(t["stable"] for t in stability["timings"])
+
+
+def test_the_publication_gate_refuses_ceilings_that_drifted():
+    from conftest import make_record
+    from records import plausibility
+    quiet = make_record(ceilings={"copy_bandwidth": {"value": 20.0, "unit": "GB/s", "how": "copy", "samples": [20.0, 18.0]}})
+    noisy = make_record(ceilings={"copy_bandwidth": {"value": 20.0, "unit": "GB/s", "how": "copy", "samples": [20.0, 14.0]}})
+    assert not any("differ" in p for p in plausibility.vet(quiet, "r"))
+    assert any("ceilings.copy_bandwidth: its start and end samples differ 1.43x" in p for p in plausibility.vet(noisy, "r"))
+
+
+def test_dirty_means_the_measured_code_differed(monkeypatch):
+    """Provenance asks git about the record's own measuring code and the harness, not about the whole tree."""
+    from demos.harness import provenance
+    asked = []
+
+    def fake_git(*args):
+        asked.append(args)
+        return {"rev-parse": str(REPO_ROOT) if "--show-toplevel" in args else "0" * 40}.get(args[0], "")
+
+    monkeypatch.setattr(provenance, "_git", fake_git)
+    state = provenance.git_state(["demos/t3_compiler/kernel_fusion.py"])
+    assert state["dirty"] is False  # git status over those paths printed nothing
+    status = next(a for a in asked if a[0] == "status")
+    assert status[-2:] == ("demos/t3_compiler/kernel_fusion.py", "demos/harness")
