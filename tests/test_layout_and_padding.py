@@ -37,4 +37,6 @@ def test_metrics(tiny_record):
     assert 0 < m["matmul.odd.tflops"]["fraction_of_ceiling"]
     rows = next(t for t in tiny_record["tables"] if t["name"] == "matmul")["rows"]
     assert [r[0].split(" ")[0] for r in rows[:3]] == ["125", "120", "128"]
-    assert 0 < m["conv.conversion_cost_fraction"]["value"] < 1
+    # (converted - channels-last) / converted: below 1 by construction; its sign is a timing (noise at the tiny
+    # size can make it negative), and no test asserts a timing
+    assert m["conv.conversion_cost_fraction"]["value"] < 1

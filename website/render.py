@@ -111,10 +111,10 @@ def stability_line(rec: Record) -> str:
     if st.get("remeasured"):
         text += f", {esc(st['remeasured'])} measured again"
     if worst is not None:
-        text += f"; widest spread (90th over 10th percentile) {fmt_number(worst)}x"
+        text += f"; widest spread (90th over 10th percentile) {worst:.1f}x"
     load = st.get("load_1min")
     if isinstance(load, list) and len(load) == 2 and all(isinstance(x, (int, float)) for x in load):
-        text += f"; load {fmt_number(load[0])}-{fmt_number(load[1])} on {esc(st.get('cpu_count') or '?')} cores"
+        text += f"; load {load[0]:.1f}-{load[1]:.1f} on {esc(st.get('cpu_count') or '?')} cores"
     return text
 
 
