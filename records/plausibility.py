@@ -6,6 +6,8 @@ back, and the record-gate demo to the project's records. A record is refused whe
   or a device class that records/datasheets.toml does not declare;
 - a rate exceeds its device's datasheet peak, or its datasheet gives no peak to bound it;
 - a fraction of its own run's ceiling exceeds FRACTION_MARGIN (the ceiling is the wrong yardstick);
+- its ceilings' two samples (the start and the end of the run) differ by more than CEILING_DRIFT_MAX:
+  the machine changed under the run, so it is quarantined and measured again;
 - a correctness check failed, there is none, or it names no commit.
 Each problem is one line naming the field.
 """
@@ -19,6 +21,9 @@ from records.numbers import fmt_number
 # beat it by noise; beyond this margin the ceiling is the wrong yardstick (a cache-resident kernel
 # against a memory ceiling, one thread against many) and the fraction means nothing.
 FRACTION_MARGIN = 1.25
+# A ceiling is measured at the start and at the end of a run; beyond this ratio between the two the machine
+# changed under the run (another process, a throttled clock) and its numbers are not published.
+CEILING_DRIFT_MAX = 1.25
 # What bounds a byte rate of each kind in records/datasheets.toml (memory bandwidth when not named).
 BYTE_PEAK_NAMES = {"host_link": "host link rate (one way)"}
 
@@ -39,6 +44,16 @@ def identity_problems(rec: record.Record, where: str, demo: str, device_class: s
     if rec.is_fixture:
         return [f"{where}: a test fixture (\"fixture\": true) cannot be published under docs/results"]
     return []
+
+
+def ceiling_drift(rec: record.Record | dict) -> dict[str, float]:
+    """Per ceiling: the larger of its two same-run samples over the smaller (1.0 = identical)."""
+    drift = {}
+    for name, c in rec.get("ceilings", {}).items():
+        samples = [s for s in c.get("samples", []) if isinstance(s, (int, float)) and s > 0]
+        if len(samples) == 2:
+            drift[name] = max(samples) / min(samples)
+    return drift
 
 
 def vet(rec: record.Record | dict, where: str) -> list[str]:
@@ -72,6 +87,10 @@ def vet(rec: record.Record | dict, where: str) -> list[str]:
                 problems.append(f"{where}: {field} is {fmt_number(m.fraction_of_ceiling)}x its same-run ceiling "
                                 f"{m.ceiling}: the ceiling is the wrong yardstick (cache-resident? other thread count?); "
                                 "fix the ceiling, or mark the metric cache_resident")
+    for name, drift in ceiling_drift(rec).items():
+        if drift > CEILING_DRIFT_MAX:
+            problems.append(f"{where}: ceilings.{name}: its start and end samples differ {fmt_number(drift)}x (more "
+                            f"than {CEILING_DRIFT_MAX}x): the machine changed under the run; measure it again when quiet")
     for c in rec.checks:
         if not c.passed:
             problems.append(f"{where}: correctness check {c.name!r} failed; a record with a failed check is not "

@@ -314,6 +314,42 @@ def check_typed_numbers(report: Report, docs_dir: Path) -> None:
                         "marker, or cite the published figure with a link in the same paragraph")
 
 
+COMPARISON = re.compile(
+    r"\b(faster|slower|closer|further from|higher|lower|more than|less than|fewer than|greater than|above|below|"
+    r"beats?|exceeds?|outperforms?|grows?|shrinks?|scales?|memory[- ]bound|compute[- ]bound|bandwidth[- ]bound|"
+    r"launch[- ]bound|overhead[- ]bound|speed-?ups?|wins?|loses?|monotonic|non-monotonic|cheaper|costlier|"
+    r"dominates?|twice|half as)\b", re.I)
+NO_CLAIM = re.compile(r"<!--\s*no-claim:\s*\S.*?-->", re.S)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*_(\[{])")
+
+
+def check_comparisons(report: Report, docs_dir: Path) -> int:
+    """A heuristic, warnings only: a sentence in a topic page's Measured section that quotes a measured number
+    (a metric marker) and compares (faster, closer to the ceiling, memory-bound, grows with N) in a paragraph
+    without a claim marker. A comparison drawn from a record is a checked claim, so that a re-measurement that
+    reverses it fails the check; a sentence that compares nothing checkable says why in the paragraph,
+    ``<!-- no-claim: the reason -->``. Returns the number of warnings."""
+    found = 0
+    for path in sorted((docs_dir / "topics").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        _, sections = split_sections(text)
+        measured = sections.get("Measured", "")
+        start = text.find(measured[:200]) if measured else -1
+        for para in re.split(r"\n\s*\n", measured):
+            if "{{ claim" in para or "{{claim" in para or NO_CLAIM.search(para):
+                continue
+            for sentence in SENTENCE_END.split(" ".join(para.split())):
+                if "{{ metric" in sentence and COMPARISON.search(MARKER.sub(" ", sentence)):
+                    where = text.find(sentence[:40], max(start, 0))
+                    line = text.count("\n", 0, where) + 1 if where >= 0 else 1
+                    words = MARKER.sub("…", sentence)
+                    report.warn(f"{rel(path)}:{line}: a comparison of measured numbers with no claim in its paragraph: "
+                                f"\"{words[:90]}\"; add a {{{{ claim }}}} that guards it, or say why not with "
+                                "<!-- no-claim: the reason -->")
+                    found += 1
+    return found
+
+
 def check_sizing(report: Report, docs_dir: Path, problems_file: Path | None = None) -> None:
     """Sizing problems (website/sizing_problems.toml): every stated answer is its computation rounded to the
     stated digits, every problem renders, and every {{ sizing ID }} marker of a page names a problem."""
@@ -373,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     claims = check_pages(report, demos, records, args.docs_dir)
     check_todos(report, demos, args.docs_dir)
     check_typed_numbers(report, args.docs_dir)
+    check_comparisons(report, args.docs_dir)
     check_sizing(report, args.docs_dir)
     if args.docs_dir == DOCS_DIR:  # a test's scratch docs folder has no tests of its own
         check_tests(report, demos)

@@ -13,7 +13,7 @@ from records import record
 from demos.t10_benchmarking import _gate
 
 FIXTURE = REPO / "tests" / "fixtures" / "t10_gate_h100.json"
-POLICY = dict(drift_warn=1.25, warn_drop=0.05, block_drop=0.10)
+POLICY = dict(drift_max=1.25, warn_drop=0.05, block_drop=0.10)
 
 
 tiny_record = demo_record("demos.t10_benchmarking.regression_gate")

@@ -310,3 +310,13 @@ def test_on_the_real_pages_a_gpu_number_has_its_sentence_to_itself():
         out = render.render_page(path.read_text(encoding="utf-8"), f"topics/{path.name}", lost=lost)
         assert not lost, f"{path.name}: {lost[0][:300]}"
         assert "\ue000" not in out
+
+
+def test_a_record_says_what_the_stability_guard_saw():
+    stability = {"rule": "...", "measurements": 12, "remeasured": 2, "unstable": 0, "samples": 400,
+                 "preempted_samples": 7, "load_1min": [0.3, 0.9], "cpu_count": 2,
+                 "timings": [{"where": "x.py:1", "spread": 1.4}, {"where": "x.py:2", "spread": 1.9}]}
+    html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": make_record(stability=stability)}))
+    assert "Timing stability: 12 measurements, all stable, 7 of 400 samples preempted and left out" in html
+    assert "2 measured again" in html and "1.9x" in html
+    assert "Timing stability" not in site_markdown(page("{{ results kernel_fusion }}", {"cpu": make_record()}))

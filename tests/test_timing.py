@@ -62,8 +62,8 @@ def test_without_sync_the_same_op_looks_free():
 
 def test_flush_runs_before_every_timed_repeat():
     device = FakeAsyncDevice()
-    measure(lambda: None, device, Settings(warmup=0, min_repeats=4, max_repeats=4, min_time=0.0, flush_l2=True))
-    assert device.flushes == 1 + 4  # the probe call, then each repeat
+    t = measure(lambda: None, device, Settings(warmup=0, min_repeats=4, max_repeats=4, min_time=0.0, flush_l2=True))
+    assert device.flushes == 1 + 4 * t.attempts  # the probe call, then each repeat (of each attempt)
 
 
 def test_first_call_is_kept_apart_from_steady_state():

@@ -91,9 +91,31 @@ def provenance_line(rec: Record) -> str:
         parts.append(f"{esc(p.cpu_count)} cores, {esc(p.torch_threads or '?')} threads")
     parts += [versions, f"Python {esc(p.python)}", esc(p.utc[:10])]
     if p.commit:
-        parts.append(f"commit {esc(p.commit[:10])}" + (" (uncommitted changes)" if p.dirty else ""))
+        parts.append(f"commit {esc(p.commit[:10])}" + (" (its measured code had uncommitted changes)" if p.dirty else ""))
     parts.append(f"size preset {esc(rec.size)}, run took {rec.wall_time_s:.0f} s")
     return "Measured on " + " · ".join(x for x in parts if x)
+
+
+def stability_line(rec: Record) -> str:
+    """What the timing protocol's stability guard saw in this run (demos/harness/timing.py), one line; empty for a
+    record made before the guard existed."""
+    st = rec.get("stability")
+    if not isinstance(st, dict) or not isinstance(st.get("measurements"), int):
+        return ""
+    timings = [t for t in st.get("timings", []) if isinstance(t, dict)]
+    worst = max((t.get("spread") for t in timings if isinstance(t.get("spread"), (int, float))), default=None)
+    text = f"Timing stability: {st['measurements']} measurements"
+    text += ", all stable" if not st.get("unstable") else f", {esc(st['unstable'])} unstable (flagged)"
+    if isinstance(st.get("preempted_samples"), int) and isinstance(st.get("samples"), int):
+        text += f", {st['preempted_samples']} of {st['samples']} samples preempted and left out"
+    if st.get("remeasured"):
+        text += f", {esc(st['remeasured'])} measured again"
+    if worst is not None:
+        text += f"; widest spread (90th over 10th percentile) {worst:.1f}x"
+    load = st.get("load_1min")
+    if isinstance(load, list) and len(load) == 2 and all(isinstance(x, (int, float)) for x in load):
+        text += f"; load {load[0]:.1f}-{load[1]:.1f} on {esc(st.get('cpu_count') or '?')} cores"
+    return text
 
 
 def ceilings_line(rec: Record) -> str:
@@ -194,6 +216,8 @@ CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page sho
 
 def device_tab(rec: Record, state: str, page_dir: str) -> str:
     parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
+    if stability_line(rec):
+        parts.append(stability_line(rec))
     plots = []
     for series in sorted(rec.series, key=lambda s: not is_timeline(s)):  # a schedule's timeline first: it is the picture
         url = posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"]), page_dir or ".")

@@ -64,21 +64,76 @@ class Device:
 
 
 def time_with_host_clock(device, fn: Callable[[], object], repeats: int, flush: bool) -> list[float]:
-    """Host clock around each call, with a sync before the start and before the stop.
+    """Host clock around each call, with a sync before the start and before the stop, and the involuntary
+    context switches during each call (``Samples.switches``).
 
     The sync before the stop is what makes this right for asynchronous devices: without it, the
     clock would stop when the launch returns, not when the work is done.
     """
-    times = []
-    for _ in range(repeats):
-        if flush:
-            device.flush()
-        device.sync()
-        start = time.perf_counter()
-        fn()
-        device.sync()
-        times.append(time.perf_counter() - start)
+    times = Samples()
+    with RunQueueWait() as waited:
+        for _ in range(repeats):
+            if flush:
+                device.flush()
+            device.sync()
+            before = waited()
+            start = time.perf_counter()
+            fn()
+            device.sync()
+            times.append(time.perf_counter() - start)
+            after = waited()
+            if before is None or after is None:
+                times.waits = times.ran = None
+            elif times.waits is not None:
+                times.ran.append(after[0] - before[0])
+                times.waits.append(after[1] - before[1])
     return times
+
+
+class Samples(list):
+    """Seconds per call, and for each how long the process's threads ran (``ran``, CPU seconds summed over them)
+    and waited for a CPU (``waits``); None where the system does not say. The stability guard (timing.judge)
+    leaves preempted samples out. Read outside the clock, so they cost it nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran: list[float] | None = []
+        self.waits: list[float] | None = []
+
+
+class RunQueueWait:
+    """(Seconds this process's threads have run, seconds they have spent runnable but waiting for a CPU), summed over
+    its threads (Linux schedstat: the first two fields of /proc/self/task/<tid>/schedstat, in ns). A busy machine
+    shows up here directly: another process holding a core makes this process's threads wait, by whole scheduler
+    slices. The files are opened once per batch of samples (threads started later are not seen), so a reading
+    costs microseconds."""
+
+    def __enter__(self):
+        self.fds = []
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                self.fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
+        except OSError:
+            self.__exit__()
+            self.fds = None
+        return self
+
+    def __call__(self) -> tuple[float, float] | None:
+        if not self.fds:
+            return None
+        ran = waited = 0
+        for fd in self.fds:
+            try:
+                fields = os.pread(fd, 128, 0).split()
+                ran, waited = ran + int(fields[0]), waited + int(fields[1])
+            except (OSError, IndexError, ValueError):
+                pass  # a thread that ended
+        return ran / 1e9, waited / 1e9
+
+    def __exit__(self, *exc):
+        for fd in self.fds or []:
+            os.close(fd)
+        return False
 
 
 def _time_with_cuda_events(device: Device, fn, repeats: int, flush: bool) -> list[float]:

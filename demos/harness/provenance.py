@@ -36,16 +36,22 @@ def _git(*args: str) -> str | None:
 COMMIT_ENV = "MM_SOURCE_COMMIT"  # set by the GPU campaign: the machine it runs on gets a copy without .git
 
 
-def git_state() -> dict:
-    """Commit and dirty flag. Records themselves (docs/results) don't count as dirt: a regeneration
-    rewrites them while it runs. A copy of the tree without .git (what a lent GPU machine gets) takes
-    the commit from MM_SOURCE_COMMIT, and its dirty flag is unknown (null)."""
+MEASURING_HARNESS = "demos/harness"  # how every demo measures: its changes count as changes of the measured code
+
+
+def git_state(measured_files: list[str] = ()) -> dict:
+    """Commit, and whether the measured code differed from it (``dirty``): the record's measuring code (its
+    source files) and the harness, compared with that commit. Other uncommitted files (a page being edited,
+    another demo, the records a regeneration rewrites) do not make a record's numbers differ, so they do not
+    count. A copy of the tree without .git (what a lent GPU machine gets) takes the commit from
+    MM_SOURCE_COMMIT, and its dirty flag is unknown (null)."""
     top = _git("rev-parse", "--show-toplevel")
     commit = _git("rev-parse", "HEAD") if top and os.path.samefile(top, REPO_ROOT) else None
     if commit is None:
         return {"commit": os.environ.get(COMMIT_ENV) or None, "dirty": None, "commit_from": "environment"}
-    status = _git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
-    return {"commit": commit, "dirty": None if status is None else bool(status), "commit_from": "git"}
+    status = _git("status", "--porcelain", "--", *measured_files, MEASURING_HARNESS)
+    return {"commit": commit, "dirty": None if status is None else bool(status), "commit_from": "git",
+            "dirty_means": "the measuring code (source_files) or the harness differed from this commit"}
 
 
 def process_age_s() -> float | None:
@@ -102,9 +108,10 @@ def nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def collect(device, torch_module, timing_threads: int) -> dict:
+def collect(device, torch_module, timing_threads: int, measured_files: list[str] = ()) -> dict:
     """Provenance of a run on ``device``; torch is passed in so this module stays import-light.
-    ``timing_threads``: the CPU thread count the run's timings used (the harness knows it)."""
+    ``timing_threads``: the CPU thread count the run's timings used (the harness knows it);
+    ``measured_files``: the record's measuring code (repository paths), whose state ``dirty`` reports."""
     info = {
         "device_name": device.name,
         "device_class": device.device_class,
@@ -119,7 +126,7 @@ def collect(device, torch_module, timing_threads: int) -> dict:
         "cuda": torch_module.version.cuda,
         "driver": nvidia_driver() if device.is_gpu else None,
         "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        **git_state(),
+        **git_state(measured_files),
     }
     if device.is_gpu:
         props = torch_module.cuda.get_device_properties(0)

@@ -29,7 +29,10 @@ from demos.harness import ceilings, device as devices, provenance, threads
 from demos.harness.cli import parse_options
 from records.digest import source_digest
 from records.paths import CACHE_DIR, REPO_ROOT, shown
+from demos.harness import timing as protocol
 from demos.harness.timing import Settings, Timing, measure
+from records.errors import fail
+from records.plausibility import CEILING_DRIFT_MAX, ceiling_drift
 
 DEFAULT_SIZE = {"cpu": "small", "cuda": "full"}
 
@@ -67,7 +70,8 @@ class Run:
         self.host_allocator = devices.keep_freed_host_memory() if self.device.kind == "cpu" else None
         self.size = self.options.size or DEFAULT_SIZE[self.device.kind]
         self.sizes = sizes[self.size]
-        self.settings = Settings(flush_l2=self.device.is_gpu)
+        self.settings = Settings(flush_l2=self.device.is_gpu,
+                                 refuse_unstable=self.device.kind == "cpu" and self.size != "tiny")
         torch.manual_seed(self.options.seed)
         _fresh_compile_caches()
 
@@ -144,7 +148,7 @@ class Run:
         settings = self.settings if flush is None else dataclasses.replace(self.settings, flush_l2=flush)
         self.timing_threads.add(threads.count())
         with self._spending("timed_s"):
-            return measure(fn, self.device, settings)
+            return measure(fn, self.device, settings, where=protocol.caller())
 
     def first_call(self, fn):
         """Call fn() once, synchronised: (its output, seconds). For a torch.compile'd function on a new
@@ -270,9 +274,35 @@ class Run:
             "ceilings": self.ceilings,
             "settings": {**self.settings.as_dict(), "seed": self.options.seed, "sizes": repr(self.sizes),
                          "host_allocator": self.host_allocator, "cpu_threads": self.thread_policy(), "protocol_version": digest.protocol},
-            "provenance": provenance.collect(self.device, torch, self.timed_with_threads()),
+            "provenance": provenance.collect(self.device, torch, self.timed_with_threads(), digest.files),
+            "stability": self.stability(),
             "wall_time_s": (wall := time.perf_counter() - self.started),
             "wall_time_parts": self.wall_time_parts(wall),
+        }
+
+    def stability(self) -> dict:
+        """What the timing protocol's guard saw (timing.py): every measurement of this run, ceilings included,
+        with how many samples were preempted, their spread, the attempts, and the machine's load around it."""
+        taken = protocol.journal
+        loads = [t.load_1min for t in taken if t.load_1min is not None]
+        others = [t.others_cores for t in taken if t.others_cores is not None]
+        return {
+            "rule": protocol.RULE,
+            "measurements": len(taken),
+            "remeasured": sum(t.attempts > 1 for t in taken),
+            "unstable": sum(not t.stable for t in taken),
+            "samples": sum(t.repeats for t in taken),
+            "preempted_samples": sum(t.preempted or 0 for t in taken),
+            "worst_spread": round(max((t.spread for t in taken), default=1.0), 3),
+            "load_1min": [round(min(loads), 2), round(max(loads), 2)] if loads else None,
+            "others_cores_max": round(max(others), 3) if others else None,
+            "cpu_count": os.cpu_count(),
+            "timings": [{"where": t.where, "median_s": t.median_s, "best_s": t.best_s, "spread": round(t.spread, 3),
+                         "samples": t.repeats, "preempted": t.preempted, "attempts": t.attempts, "stable": t.stable,
+                         "involuntary_switches": t.switches,
+                         "load_1min": None if t.load_1min is None else round(t.load_1min, 2),
+                         "others_cores": None if t.others_cores is None else round(t.others_cores, 3)}
+                        for t in taken[:500]],
         }
 
     def timed_with_threads(self) -> int:
@@ -295,13 +325,26 @@ class Run:
         if self.thread_limit is not None:
             self.thread_limit.restore()
         if "samples" not in next(iter(self.ceilings.values())):
-            self.log("measuring the ceilings again, at the end of the run ...")
-            with self._spending("ceilings_s"):
-                closing = ceilings.measure_ceilings(self.device, self.size, self.settings)
-            self.ceilings = ceilings.combine(self.ceilings, closing)
+            opening = self.ceilings
+            # The closing ceilings must agree with the opening ones (the publication gate's CEILING_DRIFT_MAX):
+            # when they do not, the machine changed under the run; they are measured again, twice at most.
+            for attempt in range(1, protocol.ATTEMPTS + 1):
+                self.log("measuring the ceilings again, at the end of the run ...")
+                with self._spending("ceilings_s"):
+                    closing = ceilings.measure_ceilings(self.device, self.size, self.settings)
+                self.ceilings = ceilings.combine(opening, closing)
+                drift = ceiling_drift({"ceilings": self.ceilings})
+                if max(drift.values(), default=1.0) <= CEILING_DRIFT_MAX:
+                    break
             for name, c in self.ceilings.items():
                 self.log(f"  ceiling {name}: {c['value']:.3g} {c['unit']} (samples {c['samples'][0]:.3g}, "
                          f"{c['samples'][1]:.3g})")
+            worst = max(drift, key=drift.get)
+            if drift[worst] > CEILING_DRIFT_MAX and self.settings.refuse_unstable:
+                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+                fail(f"machine busy: load {load:.1f} on {os.cpu_count()} cores; rerun when quiet (ceiling {worst}: "
+                     f"start and end of the run differ {drift[worst]:.2f}x, more than {CEILING_DRIFT_MAX}x, in each of "
+                     f"{protocol.ATTEMPTS} closing measurements)")
         for entry in self.metrics.values():
             if "ceiling" in entry:
                 entry["fraction_of_ceiling"] = entry["value"] / self.ceilings[entry["ceiling"]]["value"]

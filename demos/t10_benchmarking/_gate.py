@@ -13,7 +13,8 @@ different days or machines.
 2. **Record gate** (one result record, optionally against a baseline record): the project's publication
    gate passes (records/plausibility.py: no rate above its datasheet peak, a commit, checks); every check passed;
    every fraction of a same-run ceiling at most 1; the ceiling's two samples (start and end of the
-   run) close enough that the run was quiet; and, against a baseline, each metric's fraction of
+   run) close enough that the run was quiet (the publication gate's own rule, so a noisy run is
+   quarantined: blocked here, refused by the check); and, against a baseline, each metric's fraction of
    its ceiling (which does not depend on the GPU model the way an absolute GB/s does) not lower by
    more than the block threshold.
 """
@@ -70,17 +71,10 @@ class Finding:
     detail: str
 
 
-def ceiling_drift(rec: dict) -> dict[str, float]:
-    """Per ceiling: the larger of its two same-run samples over the smaller (1.0 = identical)."""
-    drift = {}
-    for name, c in rec.get("ceilings", {}).items():
-        samples = [s for s in c.get("samples", []) if s and s > 0]
-        if len(samples) == 2:
-            drift[name] = max(samples) / min(samples)
-    return drift
+ceiling_drift = plausibility.ceiling_drift  # the publication gate's rule: one owner
 
 
-def gate_record(rec: dict, baseline: dict | None = None, *, drift_warn: float, warn_drop: float,
+def gate_record(rec: dict, baseline: dict | None = None, *, drift_max: float, warn_drop: float,
                 block_drop: float) -> list[Finding]:
     """Findings for one record; a record blocks if any finding blocks. ``warn_drop``/``block_drop``
     are fractional drops of a metric's fraction-of-ceiling against the baseline (0.05 = 5%)."""
@@ -102,8 +96,8 @@ def gate_record(rec: dict, baseline: dict | None = None, *, drift_warn: float, w
                                       for n, v in list(over.items())[:3]) if over
                             else f"{with_ceiling} metric(s) with a ceiling, all at most 1"))
     drift = ceiling_drift(rec)
-    noisy = {n: d for n, d in drift.items() if d > drift_warn}
-    findings.append(Finding(WARN if noisy else PASS, "quiet run",
+    noisy = {n: d for n, d in drift.items() if d > drift_max}
+    findings.append(Finding(BLOCK if noisy else PASS, "quiet run",
                             "; ".join(f"{n} samples differ {d:.2f}x: quarantine, re-run" for n, d in noisy.items())
                             if noisy else (f"ceiling samples within {max(drift.values()):.2f}x" if drift
                                            else "no second ceiling sample")))

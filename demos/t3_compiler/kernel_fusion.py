@@ -25,7 +25,9 @@ run = start(
     title="Kernel fusion: eager vs torch.compile vs Triton",
     sizes={  # (rows, hidden) shapes; hidden stays fixed like a model's width
         "tiny": [(64, 256), (256, 256)],
-        "small": [(64, 1024), (256, 1024), (1024, 1024), (8192, 1024)],  # the last one well past a 32 MiB LLC
+        # the last one moves tensors as large as the copy ceiling's (64 MiB each, twice a 32 MiB LLC): at 32 MiB, part
+        # of the input stayed in the cache and fused bias + ReLU "beat" the copy ceiling by 1.26x
+        "small": [(64, 1024), (256, 1024), (1024, 1024), (16384, 1024)],
         "full": [(256, 4096), (4096, 4096), (16384, 4096), (65536, 4096)],  # 2 MB to 1.5 GB moved
     },
 )

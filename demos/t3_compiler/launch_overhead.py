@@ -135,6 +135,9 @@ for variant in variants:
     run.metric(f"{key}.per_op_us", slope, "us", label=f"{variant}: fitted extra time per op added to the chain")
     run.metric(f"{key}.longest_chain_us", us[-1], "us", label=f"{variant}: chain of {lengths[-1]} ops, median")
     run.metric(f"{key}.chain1_us", us[0], "us", label=f"{variant}: a single op, median")
+    run.metric(f"{key}.min_consecutive_ratio", float(min(us[1:] / us[:-1])), "x",
+               label=f"{variant}: smallest ratio of a chain's time to the next shorter chain's (>= 1: monotonic; a longer "
+                     "chain is never less work)")
     for n in lengths:
         t = times[variant][n]
         rows.append([variant, n, round(t.median_s * 1e6, 1), f"{t.p10_s * 1e6:.1f}-{t.p90_s * 1e6:.1f}",

@@ -120,10 +120,41 @@ for b in batch_sizes:
     run.log(f"  batch {b:4d}: prefill {prefill_s[b] * 1e3:8.3f} ms, decode step {decode_s[b] * 1e3:8.3f} ms "
             f"({b / decode_s[b]:9.0f} tokens/s)")
 
-run.table("step_times", f"Measured step times ({str(serving_dtype)[6:]}; prompt {prompt_len}, decode context {mid_context})",
-          ["batch", "prefill (ms)", "decode step (ms)", "decode tokens/s", "decode step vs batch 1"],
-          [[b, round(prefill_s[b] * 1e3, 3), round(decode_s[b] * 1e3, 3), round(b / decode_s[b], 1),
-            round(decode_s[b] / decode_s[1], 2)] for b in batch_sizes])
+# %% [markdown]
+# A step never gets cheaper when the batch grows: it does the same work per sequence plus more
+# sequences. A measured curve that dips (batch 4 faster than batch 1) is noise, and a simulation fed
+# with it would serve a batch faster than a lone request. So the simulator uses the monotone
+# (non-decreasing) curve closest to the measurements, an isotonic fit (pool adjacent violators), and
+# the record keeps both and how far the fit had to move a point.
+
+# %%
+def monotone(table: dict) -> dict:
+    """The non-decreasing fit closest (least squares) to table's values over its sorted keys: pool adjacent
+    violators, each pool replaced by its mean."""
+    pools = []  # [sum, count] per pool, left to right
+    for b in sorted(table):
+        pools.append([table[b], 1])
+        while len(pools) > 1 and pools[-2][0] / pools[-2][1] > pools[-1][0] / pools[-1][1]:
+            total, count = pools.pop()
+            pools[-1][0] += total
+            pools[-1][1] += count
+    fitted = [total / count for total, count in pools for _ in range(count)]
+    return dict(zip(sorted(table), fitted))
+
+
+prefill_fit, decode_fit = monotone(prefill_s), monotone(decode_s)
+for name, measured, fit in (("prefill", prefill_s, prefill_fit), ("decode", decode_s, decode_fit)):
+    run.metric(f"{name}.fit_max_adjust", max(abs(fit[b] / measured[b] - 1) for b in batch_sizes), "fraction",
+               label=f"largest relative change the monotone fit made to a measured {name} step time")
+    run.metric(f"{name}.min_consecutive_ratio", min(measured[b2] / measured[b1] for b1, b2 in
+                                                    zip(batch_sizes, batch_sizes[1:])), "x",
+               label=f"smallest ratio of a measured {name} step time to the one at the next smaller batch (>= 1: monotonic)")
+
+run.table("step_times", f"Measured step times ({str(serving_dtype)[6:]}; prompt {prompt_len}, decode context {mid_context}); "
+          "the simulator uses the monotone fit", ["batch", "prefill (ms)", "decode step (ms)", "decode step, fit (ms)",
+                                                  "decode tokens/s", "decode step vs batch 1"],
+          [[b, round(prefill_s[b] * 1e3, 3), round(decode_s[b] * 1e3, 3), round(decode_fit[b] * 1e3, 3),
+            round(b / decode_s[b], 1), round(decode_s[b] / decode_s[1], 2)] for b in batch_sizes])
 b_max = max(batch_sizes)
 run.metric("decode.step_ratio_bmax", decode_s[b_max] / decode_s[1], "x",
            label=f"one decode step at batch {b_max} over one at batch 1")
@@ -132,7 +163,7 @@ run.metric("decode.throughput_gain_bmax", b_max * decode_s[1] / decode_s[b_max],
 
 
 def interpolate(table: dict, b: int) -> float:
-    """Step time at batch b, linear between measured batch sizes."""
+    """Step time at batch b, linear between the fitted batch sizes."""
     return float(np.interp(b, list(table), list(table.values())))
 
 
@@ -152,7 +183,7 @@ def interpolate(table: dict, b: int) -> float:
 def run_batch_to_completion(s: Server, batch: list[int]) -> None:
     """One static batch: a prefill for all, then decode steps, padded, until its longest request is done."""
     s.batches.append(len(batch))
-    s.advance(s.now + interpolate(prefill_s, len(batch)))
+    s.advance(s.now + interpolate(prefill_fit, len(batch)))
     remaining = {}
     for r in batch:
         s.first_token[r] = s.now
@@ -160,7 +191,7 @@ def run_batch_to_completion(s: Server, batch: list[int]) -> None:
         if remaining[r] == 0:
             s.finish(r)
     while any(remaining.values()):
-        s.advance(s.now + interpolate(decode_s, len(batch)))
+        s.advance(s.now + interpolate(decode_fit, len(batch)))
         for r in remaining:
             if remaining[r]:
                 remaining[r] -= 1
@@ -203,13 +234,13 @@ def simulate_continuous(arrivals, lengths) -> Server:
             s.idle_until_arrival()
         admitted = [s.queue.popleft() for _ in range(min(len(s.queue), b_max - len(running)))]
         if admitted:  # this iteration's prefill for the newcomers
-            s.advance(s.now + interpolate(prefill_s, len(admitted)))
+            s.advance(s.now + interpolate(prefill_fit, len(admitted)))
             for r in admitted:
                 s.first_token[r] = s.now
                 if lengths[r] == 1:
                     s.finish(r)
         if running:  # one decode step for everyone already running
-            s.advance(s.now + interpolate(decode_s, len(running)))
+            s.advance(s.now + interpolate(decode_fit, len(running)))
             for r in list(running):
                 running[r] -= 1
                 if running[r] == 0:
@@ -230,8 +261,8 @@ def simulate_continuous(arrivals, lengths) -> Server:
 
 # %%
 mean_out = (out_min + out_max) / 2
-peak_requests_per_s = b_max / decode_s[b_max] / mean_out
-service_s = prefill_s[1] + (mean_out - 1) * decode_s[1]
+peak_requests_per_s = b_max / decode_fit[b_max] / mean_out
+service_s = prefill_fit[1] + (mean_out - 1) * decode_fit[1]
 TIMEOUT_FRACTIONS = (0.1, 0.5, 2.0)
 lengths = output_lengths(n_requests, run.size, run.options.seed)  # the same mix as the paged-KV demo's
 rng = random.Random(run.options.seed + 1)  # arrival times
@@ -283,14 +314,13 @@ for load in LOADS:
 # %% [markdown]
 # A sanity check with a known answer: at the lowest load almost nobody waits, so continuous
 # batching's median latency should be within a factor of two of one request's service time alone
-# (one prefill plus its decode steps at batch 1, for the median output length). It is not exact:
-# a few requests overlap and run at batch 2 or 3, whose measured step time can even be below
-# batch 1's.
+# (one prefill plus its decode steps at batch 1, for the median output length), and never below it:
+# a few requests overlap and run at batch 2 or 3, whose (fitted) step time is at least batch 1's.
 
 # %%
-alone_s = prefill_s[1] + (np.median(lengths) - 1) * decode_s[1]
+alone_s = prefill_fit[1] + (np.median(lengths) - 1) * decode_fit[1]
 low = results["continuous", LOADS[0]]["p50"]
-run.check("low_load_latency_near_service_time", 0.5 < low / alone_s < 2,
+run.check("low_load_latency_near_service_time", 0.98 < low / alone_s < 2,
           f"p50 latency {low * 1e3:.1f} ms at load {LOADS[0]} vs {alone_s * 1e3:.1f} ms for one request alone")
 
 # %% [markdown]
