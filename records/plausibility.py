@@ -6,8 +6,8 @@ back, and the record-gate demo to the project's records. A record is refused whe
   or a device class that records/datasheets.toml does not declare;
 - a rate exceeds its device's datasheet peak, or its datasheet gives no peak to bound it;
 - a fraction of its own run's ceiling exceeds FRACTION_MARGIN (the ceiling is the wrong yardstick);
-- its ceilings' two samples (the start and the end of the run) differ by more than CEILING_DRIFT_MAX:
-  the machine changed under the run, so it is quarantined and measured again;
+- its ceilings' two samples (the start and the end of the run) differ by more than its device's
+  CEILING_DRIFT_MAX (``drift_max``): the machine changed under the run, so it is quarantined and measured again;
 - a correctness check failed, there is none, or it names no commit.
 Each problem is one line naming the field.
 """
@@ -22,8 +22,20 @@ from records.numbers import fmt_number
 # against a memory ceiling, one thread against many) and the fraction means nothing.
 FRACTION_MARGIN = 1.25
 # A ceiling is measured at the start and at the end of a run; beyond this ratio between the two the machine
-# changed under the run (another process, a throttled clock) and its numbers are not published.
-CEILING_DRIFT_MAX = 1.25
+# changed under the run (another process, a throttled clock) and its numbers are not published. The bound is what
+# the device does when nothing changes, measured (an A/A of the ceilings):
+# - a GPU: the first H200 window's 21 records drifted at most 1.07x (63 ceilings), so 1.25 refuses a real change;
+# - a CPU of a shared VM: this 2-core VM, quiet (no other process of ours), one process re-measuring the same
+#   buffers for 150 s, saw its memory ceiling move 1.58x max/min (pairs 25 s apart: median 1.13x, 5 of 24 above
+#   1.25x) and its fp32 matmul 1.38x: the neighbours' memory traffic, which /proc/stat cannot see. At 1.25 a
+#   quiet run was refused one time in five; the bound is that A/A's range. Fractions are of the better sample,
+#   so a drift within it makes a fraction read low, never high.
+CEILING_DRIFT_MAX = {"gpu": 1.25, "cpu": 1.6}
+
+
+def drift_max(device_class: str) -> float:
+    """The largest start/end ratio of a ceiling that a quiet run of this device class shows (CEILING_DRIFT_MAX)."""
+    return CEILING_DRIFT_MAX["gpu" if devices.is_gpu_class(device_class) else "cpu"]
 # What bounds a byte rate of each kind in records/datasheets.toml (memory bandwidth when not named).
 BYTE_PEAK_NAMES = {"host_link": "host link rate (one way)"}
 
@@ -87,10 +99,11 @@ def vet(rec: record.Record | dict, where: str) -> list[str]:
                 problems.append(f"{where}: {field} is {fmt_number(m.fraction_of_ceiling)}x its same-run ceiling "
                                 f"{m.ceiling}: the ceiling is the wrong yardstick (cache-resident? other thread count?); "
                                 "fix the ceiling, or mark the metric cache_resident")
+    bound = drift_max(rec.device_class)
     for name, drift in ceiling_drift(rec).items():
-        if drift > CEILING_DRIFT_MAX:
+        if drift > bound:
             problems.append(f"{where}: ceilings.{name}: its start and end samples differ {fmt_number(drift)}x (more "
-                            f"than {CEILING_DRIFT_MAX}x): the machine changed under the run; measure it again when quiet")
+                            f"than {bound}x): the machine changed under the run; measure it again when quiet")
     for c in rec.checks:
         if not c.passed:
             problems.append(f"{where}: correctness check {c.name!r} failed; a record with a failed check is not "

@@ -32,7 +32,7 @@ from records.paths import CACHE_DIR, REPO_ROOT, shown
 from demos.harness import timing as protocol
 from demos.harness.timing import Settings, Timing, measure
 from records.errors import fail
-from records.plausibility import CEILING_DRIFT_MAX, ceiling_drift
+from records.plausibility import ceiling_drift, drift_max
 
 DEFAULT_SIZE = {"cpu": "small", "cuda": "full"}
 
@@ -326,7 +326,8 @@ class Run:
             self.thread_limit.restore()
         if "samples" not in next(iter(self.ceilings.values())):
             opening = self.ceilings
-            # The closing ceilings must agree with the opening ones (the publication gate's CEILING_DRIFT_MAX):
+            bound = drift_max(self.device.device_class)
+            # The closing ceilings must agree with the opening ones (the publication gate's drift_max):
             # when they do not, the machine changed under the run; they are measured again, twice at most.
             for attempt in range(1, protocol.ATTEMPTS + 1):
                 self.log("measuring the ceilings again, at the end of the run ...")
@@ -334,16 +335,16 @@ class Run:
                     closing = ceilings.measure_ceilings(self.device, self.size, self.settings)
                 self.ceilings = ceilings.combine(opening, closing)
                 drift = ceiling_drift({"ceilings": self.ceilings})
-                if max(drift.values(), default=1.0) <= CEILING_DRIFT_MAX:
+                if max(drift.values(), default=1.0) <= bound:
                     break
             for name, c in self.ceilings.items():
                 self.log(f"  ceiling {name}: {c['value']:.3g} {c['unit']} (samples {c['samples'][0]:.3g}, "
                          f"{c['samples'][1]:.3g})")
             worst = max(drift, key=drift.get)
-            if drift[worst] > CEILING_DRIFT_MAX and self.settings.refuse_unstable:
+            if drift[worst] > bound and self.settings.refuse_unstable:
                 load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
                 fail(f"machine busy: load {load:.1f} on {os.cpu_count()} cores; rerun when quiet (ceiling {worst}: "
-                     f"start and end of the run differ {drift[worst]:.2f}x, more than {CEILING_DRIFT_MAX}x, in each of "
+                     f"start and end of the run differ {drift[worst]:.2f}x, more than {bound}x, in each of "
                      f"{protocol.ATTEMPTS} closing measurements)")
         for entry in self.metrics.values():
             if "ceiling" in entry:

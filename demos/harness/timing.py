@@ -43,7 +43,8 @@ from records.errors import fail
 # a rename or a moved module of the harness is not a change of protocol.
 # 2: the stability guard (preempted samples left out, re-measure, refuse), ceilings as the best stable sample.
 # 3: the copy ceiling is the better of a copy and an in-place pass (a CPU's write-allocate); a CPU's bf16 ceiling
-#    at half the matmul size.
+#    at half the matmul size; a GPU's ceilings from 10 warm-ups and 20 samples, its bf16 ceiling the better of
+#    n^3 and (n/2)^3 (the H200's one-shape, three-sample ceiling read below six demos' own bf16 products).
 PROTOCOL_VERSION = 3
 
 # The stability guard's bounds, stated once (they are in every record's ``stability.rule``).
