@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 from demos.harness.cli import DEVICES, SIZE_PRESETS
@@ -282,7 +283,7 @@ def summary_table(outcomes: list[Outcome]) -> Table:
         table.add_column(col)
     for o in outcomes:
         table.add_row(o.demo, o.device, "[green]ok[/]" if o.ok else f"[red]{'FAILED' if o.status == 'failed' else o.status.upper()}[/]", f"{o.seconds:.1f} s",
-                      o.detail, style=None if o.ok else "red")
+                      Text(o.detail), style=None if o.ok else "red")  # a demo's error is text, never markup
     return table
 
 

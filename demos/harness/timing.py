@@ -252,9 +252,12 @@ def machine_busy_line(timing: Timing) -> str:
             f"{timing.attempts} attempts{others})")
 
 
-def measure(fn: Callable[[], object], device, settings: Settings = Settings(), where: str | None = None) -> Timing:
+def measure(fn: Callable[[], object], device, settings: Settings = Settings(), where: str | None = None,
+            attempts: int = ATTEMPTS) -> Timing:
     """Time fn() on device following the protocol above. ``device`` needs sync, flush, time_calls (and
-    ``kind``: an unstable timing stops the run only on a CPU, and only with ``settings.refuse_unstable``)."""
+    ``kind``: an unstable timing stops the run only on a CPU, and only with ``settings.refuse_unstable``).
+    ``attempts=1`` where fn runs collectives: one rank taking a measurement again alone would wait forever for
+    the others (a rank's timing is then kept and flagged, as on a GPU)."""
     where = where or caller()
     device.sync()
     start = time.perf_counter()
@@ -271,7 +274,7 @@ def measure(fn: Callable[[], object], device, settings: Settings = Settings(), w
     (probe,) = device.time_calls(fn, 1, settings.flush_l2)
     wanted = int(settings.min_time / max(probe, 1e-9))
     repeats = max(settings.min_repeats, min(settings.max_repeats, wanted))
-    for attempt in range(1, ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         if attempt > 1:
             view = OsView().__enter__()
         times = device.time_calls(fn, repeats, settings.flush_l2)

@@ -231,11 +231,12 @@ def rank_timer(device: torch.device):
 
 def time_steps(step, device: torch.device, repeats: int, steps: int = 1) -> Timing:
     """The harness's ``measure`` on a rank, per step: ``repeats`` timed calls of ``steps`` steps after one
-    warm-up, after a barrier. The counts are fixed, so every rank runs the same collectives."""
+    warm-up, after a barrier. The counts are fixed, so every rank runs the same collectives: one attempt, never a
+    re-measure that only some ranks would take (zero_stages hung on a barrier when one rank measured again)."""
     settings = Settings(warmup=1, min_repeats=repeats, max_repeats=repeats, min_time=0.0, flush_l2=False)
     if dist.is_initialized():
         dist.barrier()
-    timing = measure(lambda: [step() for _ in range(steps)], rank_timer(device), settings)
+    timing = measure(lambda: [step() for _ in range(steps)], rank_timer(device), settings, attempts=1)
     return Timing(*(v / steps for v in (timing.first_call_s, timing.median_s, timing.p10_s, timing.p90_s)),
                   repeats=timing.repeats)
 
