@@ -109,6 +109,17 @@ def test_a_fraction_just_above_one_is_published_and_named_as_an_under_reading_ce
     assert plausibility.above_ceiling(rec, "r") == []
 
 
+def test_a_cpu_fraction_above_one_is_refused():
+    """A CPU record is re-measured in a minute, so there a fraction above 1 (a wrong ceiling) is not published."""
+    from records import plausibility
+    rec = make_record()
+    rec["metrics"]["x"] = {"value": 20.2, "unit": "GB/s", "ceiling": "copy_bandwidth", "fraction_of_ceiling": 1.01}
+    assert any("metrics.x is 1.01x its same-run ceiling copy_bandwidth" in p for p in plausibility.vet(rec, "r"))
+    assert plausibility.above_ceiling(rec, "r") == []
+    rec["metrics"]["x"]["cache_resident"] = True
+    assert plausibility.vet(rec, "r") == []
+
+
 def test_a_stated_fraction_must_equal_value_over_ceiling(site, capsys):
     rec = gpu_record(site, value=10.0, ceiling="copy_bandwidth", fraction_of_ceiling=0.05)  # 10 / 20 is 0.5
     code, errors = errors_of(site, capsys, rec)

@@ -80,7 +80,7 @@ def gate_record(rec: dict, baseline: dict | None = None, *, drift_max: float, wa
     are fractional drops of a metric's fraction-of-ceiling against the baseline (0.05 = 5%)."""
     findings = []
     # first the project's own publication gate (records/plausibility.py: datasheet peaks, a fraction above
-    # 1.25x its ceiling, failed or missing checks, no commit), as the check and the GPU unpacker apply it
+    # its ceiling beyond its device's margin, failed or missing checks, no commit), as the check and the GPU unpacker apply it
     problems = plausibility.vet(rec, "record")
     findings.append(Finding(BLOCK if problems else PASS, "publishable",
                             "; ".join(p.removeprefix("record: ") for p in problems[:2]) if problems
