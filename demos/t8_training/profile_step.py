@@ -73,19 +73,26 @@ def quietest_step(prof):
 
 
 def split(prof, window):
-    """Busy time per bin from the device's ops inside the step's window (GPU: kernels; CPU: the
-    outermost ATen/collective ops), and idle = wall - busy."""
+    """Busy time per bin from the device's ops inside the step's window, and idle = wall - busy.
+    GPU: kernels. CPU: ATen ops nest (`aten::linear` wraps `aten::addmm`), so a matmul counts at any
+    depth, and the outermost other ops count as memory-bound only where no matmul runs inside them."""
     wall_us = window.elapsed_us()
     events = [e for e in prof.events() if window.start <= e.time_range.start and e.time_range.end <= window.end]
     if gpu:
         ops = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     else:
-        ops = [e for e in events if e.name.startswith(("aten::", "c10d::", "gloo:"))
-               and not (e.cpu_parent is not None and e.cpu_parent.name.startswith(("aten::", "c10d::")))]
-    bins = {}
+        ops = [e for e in events if e.name.startswith(("aten::", "c10d::", "gloo:"))]
+    bins = {"compute-bound": [], "memory-bound": [], "communication": []}
     for e in ops:
-        bins.setdefault(classify(e.name), []).append([e.time_range.start, e.time_range.end])
-    out = {k: union_length(v) / wall_us for k, v in bins.items()}
+        kind = classify(e.name)
+        outermost = gpu or not (e.cpu_parent is not None and e.cpu_parent.name.startswith(("aten::", "c10d::")))
+        if kind != "memory-bound" or outermost:
+            bins[kind].append([e.time_range.start, e.time_range.end])
+    compute = union_length(bins["compute-bound"])
+    out = {"compute-bound": compute / wall_us,
+           "memory-bound": (union_length(bins["memory-bound"] + bins["compute-bound"]) - compute) / wall_us,
+           "communication": union_length(bins["communication"]) / wall_us}
+    out = {k: v for k, v in out.items() if bins[k]}
     busy = union_length([iv for v in bins.values() for iv in v])
     out["idle / host"] = max(0.0, 1 - busy / wall_us)
     return out
