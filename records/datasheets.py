@@ -6,6 +6,7 @@ cites its source.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -13,10 +14,68 @@ from pathlib import Path
 from records.paths import DATASHEETS, REPO_ROOT
 
 
+# What bounds a cache-resident rate (a working set that fits in L1/L2 may beat memory_gbps, never this), in GB/s. No
+# datasheet states it, so it is computed here, as an upper bound, and kept out of datasheets.toml (published figures
+# only, each a declared input of the demos that read it): the SMs' aggregate L1 load bandwidth, SMs x 128 bytes per
+# clock x the boost clock. Every Hopper part has at most 132 SMs at at most 1.98 GHz: 132 x 128 B x 1.98 GHz =
+# 33,450 GB/s; an A100, 108 x 128 B x 1.41 GHz = 19,492 GB/s. A CPU: a loose bound for one host, which catches a
+# unit slip as the cpu entry's memory_gbps does. A class not named here publishes no cache-resident rate.
+HOPPER_L1_GBPS = 132 * 128 * 1.98
+CACHE_GBPS = {"cpu": 100_000.0, "a100": 108 * 128 * 1.41,
+              **dict.fromkeys(("h100", "h100-pcie", "h100-nvl", "h200", "h200-nvl", "gh200"), HOPPER_L1_GBPS)}
+
+
+class DatasheetError(ValueError):
+    """records/datasheets.toml cannot bound anything: the message names the entry and the field (one line)."""
+
+
+PEAKS = ("memory_gbps", "host_link_gbps", "nvlink_gbps")  # GB/s; and tflops / tops tables
+MARKUP = ("<", ">", "$", "{{", "}}", "`")
+
+
+def problems(entries: dict) -> list[str]:
+    """Why the datasheet entries cannot serve as the gate's bounds: every peak a finite positive number (a nan
+    peak bounds nothing: every comparison with it is false), every entry a plain-text label and a source."""
+    found = []
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            found.append(f"[{name}]: not a table of figures")
+            continue
+        label = entry.get("label")
+        if not isinstance(label, str) or not label.strip() or any(m in label for m in MARKUP) \
+                or not label.isprintable():
+            found.append(f"[{name}] label: {label!r} must be plain text (no markup, $ or control characters)")
+        if not isinstance(entry.get("source"), str) or not entry["source"].strip():
+            found.append(f"[{name}] source: missing; every figure cites where it was published")
+        peaks = {key: entry[key] for key in PEAKS if key in entry}
+        for table in ("tflops", "tops"):
+            if not isinstance(entry.get(table, {}), dict):
+                found.append(f"[{name}] {table}: must be a table of dtype = peak")
+                continue
+            peaks |= {f"{table}.{dtype}": v for dtype, v in entry.get(table, {}).items()}
+        if "memory_gbps" not in entry:
+            found.append(f"[{name}] memory_gbps: missing; every device bounds its memory bandwidth")
+        for key, value in peaks.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value <= 0:
+                found.append(f"[{name}] {key}: {value!r} is not a finite positive number")
+    return found
+
+
 def load(root: Path = REPO_ROOT) -> dict[str, dict]:
-    """Every device class's entry: label, peaks, memory and host link figures, and its source."""
-    with open(root / DATASHEETS.relative_to(REPO_ROOT), "rb") as f:
-        return tomllib.load(f)
+    """Every device class's entry: label, peaks, memory and host link figures, and its source; DatasheetError
+    (one line) when the file is not valid TOML or an entry cannot bound anything."""
+    path = root / DATASHEETS.relative_to(REPO_ROOT)
+    try:
+        with open(path, "rb") as f:
+            entries = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise DatasheetError(f"records/datasheets.toml: not valid TOML ({e})") from None
+    found = problems(entries)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise DatasheetError(f"records/datasheets.toml: {found[0]}{more}")
+    return entries
 
 
 @cache
@@ -32,9 +91,9 @@ def label(device_class: str) -> str:
 def peak(device_class: str, metric) -> float | None:
     """The published peak that bounds a rate metric (a records.record.Metric) on this device class, in the
     metric's normalised unit (GB/s or TFLOP/s): for bytes the host-device link's one-way rate (kind
-    "host_link") or else the memory bandwidth (device memory, or a link between devices, which no single
-    GPU's HBM outruns); the dense tensor-core or vector peak of the metric's dtype for FLOPs. None for a
-    non-rate, a cache-resident rate, or a peak the datasheet does not give (the check reports those)."""
+    "host_link"), the caches' bandwidth for a cache-resident rate, or else the memory bandwidth (device memory, or
+    a link between devices, which no single GPU's HBM outruns); the dense tensor-core or vector peak of the metric's
+    dtype for FLOPs. None for a non-rate or a peak the datasheet does not give (the gate refuses those)."""
     sheet = sheets().get(device_class)
     rate = metric.rate
     if sheet is None or rate is None:
@@ -42,7 +101,7 @@ def peak(device_class: str, metric) -> float | None:
     kind, _ = rate
     if kind == "bytes":
         if metric.cache_resident or metric.kind == "cache":
-            return None
+            return CACHE_GBPS.get(device_class)  # a cache-resident rate may beat memory, never the caches
         return sheet.get("host_link_gbps") if metric.kind == "host_link" else sheet.get("memory_gbps")
     return sheet.get("tflops", {}).get(metric.dtype) if metric.dtype else None
 

@@ -191,13 +191,17 @@ def measured_content(rec: dict) -> bytes:
 
 
 def _record_hash(path: Path) -> str:
+    from records.record import read_bounded  # a link to /dev/zero or a FIFO is never read (records/record.py)
+
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path)
     except FileNotFoundError:
         return "missing"
+    except OSError:
+        return "unreadable"
     try:
         return content_hash(measured_content(json.loads(raw)))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return "malformed " + content_hash(raw)
 
 

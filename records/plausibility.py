@@ -15,7 +15,7 @@ Each problem is one line naming the field.
 
 from __future__ import annotations
 
-from records import datasheets, devices, record
+from records import datasheets, devices, record, units
 from records.numbers import fmt_number
 
 # A ceiling is the best stable sample of the better of two measurements, and a time is the median of stable
@@ -84,6 +84,10 @@ def vet(rec: record.Record | dict, where: str) -> list[str]:
     rec = rec if isinstance(rec, record.Record) else record.Record(rec)
     problems = []
     label = datasheets.label(rec.device_class)
+    for name, m in rec.metrics.items():
+        if m.unit in units.NONNEGATIVE and m.value < 0 and not m.signed:
+            problems.append(f"{where}: metrics.{name} = {fmt_number(m.value)} {m.unit}: a time, size, rate or speedup "
+                            "cannot be negative (a fitted slope or a difference says \"signed\": true)")
     for section, items in (("metrics", rec.metrics), ("ceilings", rec.ceilings)):
         for name, m in items.items():
             rate = m.rate
@@ -95,14 +99,16 @@ def vet(rec: record.Record | dict, where: str) -> list[str]:
                 ceiling = rec.ceilings.get(m.ceiling) if m.ceiling else None
                 m = record.Metric(**{**m.__dict__, "dtype": ceiling.dtype if ceiling else None})
             peak = datasheets.peak(rec.device_class, m)
-            if peak is None and not (kind == "bytes" and (m.cache_resident or m.kind == "cache")):
-                what = f"{m.dtype} FLOP rate" if kind == "flops" else BYTE_PEAK_NAMES.get(m.kind, "memory bandwidth")
+            cached = kind == "bytes" and (m.cache_resident or m.kind == "cache")
+            bound = "cache bandwidth (records/datasheets.py, CACHE_GBPS)" if cached else BYTE_PEAK_NAMES.get(m.kind, "memory bandwidth")
+            if peak is None:
+                what = f"{m.dtype} FLOP rate" if kind == "flops" else bound
                 problems.append(f"{where}: {field}: the {label} datasheet gives no peak for its {what} "
                                 f"(declare the metric's dtype, or add the peak to records/datasheets.toml)")
             elif peak is not None and value > peak:
                 problems.append(f"{where}: {field} = {fmt_number(value)} {'GB/s' if kind == 'bytes' else 'TFLOP/s'} "
                                 f"exceeds the {label} datasheet "
-                                f"{BYTE_PEAK_NAMES.get(m.kind, 'memory bandwidth') if kind == 'bytes' else m.dtype + ' peak'}"
+                                f"{bound if kind == 'bytes' else m.dtype + ' peak'}"
                                 f" of {fmt_number(peak)}: a unit slip, a cache-resident measurement or a timing without "
                                 "synchronisation")
             if m.fraction_of_ceiling is not None and m.fraction_of_ceiling > fraction_max(rec.device_class) \

@@ -14,27 +14,28 @@ A ``Record`` is the parsed JSON (a dict) with typed accessors for the parts scri
 
 from __future__ import annotations
 
+import errno
 import json
-import re
 import math
+import os
+import re
+import stat
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from functools import cache
 from pathlib import Path
 
-from records import atomic
+from records import atomic, units
 from records.paths import RECORD_SCHEMA
+from records.units import BYTE_RATES, FLOP_RATES
 
 SCHEMA_VERSION = 1
-
-# Rate units the plausibility check understands, with the factor to GB/s or TFLOP/s. A unit that
-# looks like a rate but is not here ("GB/s ", "Gb/s") is refused rather than silently unchecked.
-BYTE_RATES = {"MB/s": 1e-3, "GB/s": 1.0, "GiB/s": 2**30 / 1e9, "TB/s": 1e3}
-FLOP_RATES = {"GFLOP/s": 1e-3, "TFLOP/s": 1.0}
-
-
-def looks_like_rate(unit: str) -> bool:
-    core = unit.lower().replace(" ", "")
-    return "/s" in core and any(k in core for k in ("b/", "byte", "flop", "op/", "ops"))
+# What a record may be: a regular file of at most MAX_BYTES (the largest committed one is under 100 kB), numbers
+# within +-MAX_MAGNITUDE (the plots' log axes cannot draw 1e308; the largest committed number is about 1e9), and a
+# measurement date between the project's start and tomorrow.
+MAX_BYTES = 8 * 2**20
+MAX_MAGNITUDE = 1e100
+EARLIEST = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 class RecordError(Exception):
@@ -84,16 +85,20 @@ def _short(message: str, limit: int = 140) -> str:
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
-def _non_finite(value, path=()):
-    """Paths of NaN or infinite numbers (json.loads accepts NaN and Infinity; a record must not hold them)."""
+def _unusable_numbers(value, path=()):
+    """(path, why) of NaN, infinite or out-of-range numbers (json.loads accepts NaN, Infinity and 10**400)."""
+    if isinstance(value, bool):
+        return
     if isinstance(value, float) and not math.isfinite(value):
-        yield path
+        yield path, "not a finite number"
+    elif isinstance(value, (int, float)) and abs(value) > MAX_MAGNITUDE:
+        yield path, f"out of range (beyond +-{MAX_MAGNITUDE:g}; no measurement is that large)"
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from _non_finite(v, (*path, k))
+            yield from _unusable_numbers(v, (*path, k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _non_finite(v, (*path, i))
+            yield from _unusable_numbers(v, (*path, i))
 
 
 def _cross_field(data: dict) -> list[str]:
@@ -102,9 +107,9 @@ def _cross_field(data: dict) -> list[str]:
     for name, m in data["metrics"].items():
         where = _field(["metrics", name])
         unit = m["unit"]
-        if looks_like_rate(unit) and unit not in BYTE_RATES and unit not in FLOP_RATES:
-            errors.append(f"{where}.unit: unknown rate unit {unit!r}; use one of "
-                          f"{', '.join([*BYTE_RATES, *FLOP_RATES])}")
+        why = units.problem(unit)
+        if why:
+            errors.append(f"{where}.unit: {why}")
         if (unit in BYTE_RATES or unit in FLOP_RATES) and m["value"] < 0:
             errors.append(f"{where}.value: a rate cannot be negative ({m['value']})")
         if "ceiling" in m:
@@ -131,9 +136,22 @@ def _cross_field(data: dict) -> list[str]:
         for j, line in enumerate(series["lines"]):
             if len(line["x"]) != len(line["y"]):
                 errors.append(f"series[{i}].lines[{j}]: x has {len(line['x'])} values, y has {len(line['y'])}")
-    if data["provenance"]["device_class"] != data["device_class"]:
-        errors.append(f"provenance.device_class: {data['provenance']['device_class']!r} differs from device_class "
+    provenance = data["provenance"]
+    if provenance["device_class"] != data["device_class"]:
+        errors.append(f"provenance.device_class: {provenance['device_class']!r} differs from device_class "
                       f"{data['device_class']!r}")
+    if (provenance["device_kind"] == "cpu") != (data["device_class"] == "cpu"):
+        errors.append(f"provenance.device_kind: {provenance['device_kind']!r} for device class "
+                      f"{data['device_class']!r} (a cpu record is measured on the cpu, a GPU class's on cuda)")
+    try:
+        utc = datetime.strptime(provenance["utc"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        errors.append(f"provenance.utc: {provenance['utc']!r} is not a date and time")
+    else:
+        if not EARLIEST <= utc <= datetime.now(timezone.utc) + timedelta(days=1):
+            errors.append(f"provenance.utc: {provenance['utc']} is before the project or in the future")
+    if provenance.get("commit") is not None and set(provenance["commit"]) == {"0"}:
+        errors.append("provenance.commit: all zeros is no commit")
     return errors
 
 
@@ -143,8 +161,8 @@ def validate(data) -> list[str]:
               for e in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
     if errors:
         return errors
-    non_finite = [f"{_field(path)}: not a finite number" for path in _non_finite(data)]
-    return non_finite or _cross_field(data)
+    unusable = [f"{_field(path)}: {why}" for path, why in _unusable_numbers(data)]
+    return unusable or _cross_field(data)
 
 
 @dataclass(frozen=True)
@@ -161,12 +179,14 @@ class Metric:
     kind: str | None = None
     cache_resident: bool = False
     how: str = ""
+    signed: bool = False  # a fitted slope or a difference, which may fall below zero in a unit of magnitudes
 
     @classmethod
     def of(cls, name: str, d: dict) -> "Metric":
         return cls(name=name, value=float(d["value"]), unit=d["unit"], label=d.get("label", ""),
                    ceiling=d.get("ceiling"), fraction_of_ceiling=d.get("fraction_of_ceiling"), dtype=d.get("dtype"),
-                   kind=d.get("kind"), cache_resident=bool(d.get("cache_resident", False)), how=d.get("how", ""))
+                   kind=d.get("kind"), cache_resident=bool(d.get("cache_resident", False)), how=d.get("how", ""),
+                   signed=bool(d.get("signed", False)))
 
     @property
     def rate(self) -> tuple[str, float] | None:
@@ -283,17 +303,61 @@ def parse(data, source: str = "record") -> Record:
     return Record(data)
 
 
+def _no_duplicates(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        duplicate = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"the key {json.dumps(duplicate)[:60]} appears twice in one object (which one counts?)")
+    return dict(pairs)
+
+
+def loads(text: str | bytes, source: str = "record") -> Record:
+    """Parse and validate a record's JSON text: no duplicate key, no number beyond what Python reads, no nesting
+    deeper than Python parses; a problem raises RecordError naming the source (one line)."""
+    if len(text) > MAX_BYTES:
+        raise RecordError(f"{source}: {len(text):,} bytes; a record is at most {MAX_BYTES:,}")
+    try:
+        if isinstance(text, bytes):  # strictly UTF-8: json.loads would also take UTF-16 and a byte-order mark
+            text = text.decode("utf-8")
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except UnicodeDecodeError:
+        raise RecordError(f"{source}: not UTF-8 text") from None
+    except RecursionError:
+        raise RecordError(f"{source}: not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # a duplicate key; an integer of more than 4,300 digits
+        raise RecordError(f"{source}: {_short(str(e))}") from None
+    return parse(data, source)
+
+
+def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, never through a symbolic link, and never blocking
+    on a FIFO or a device (OSError with a plain reason otherwise)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError("not a regular file")
+        if info.st_size > limit:
+            raise OSError(f"{info.st_size:,} bytes; a record is at most {limit:,}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise OSError(f"more than {limit:,} bytes; a record is at most {limit:,}")
+        return data
+    finally:
+        os.close(fd)
+
+
 def load(path: Path) -> Record:
     """Read and validate a record; a problem raises RecordError naming the file and the field."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise RecordError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise RecordError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    except RecursionError:
-        raise RecordError(f"{path}: not valid JSON (nested too deeply)") from None
-    return parse(data, str(path))
+        data = read_bounded(Path(path))
+    except OSError as e:
+        reason = "a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))  # O_NOFOLLOW met a link
+        raise RecordError(f"{path}: cannot be read ({reason})") from None
+    return loads(data, str(path))
 
 
 def write(path: Path, data: dict) -> None:

@@ -21,7 +21,8 @@ from records import catalog, datasheets, devices, gpu_set, plausibility, record
 from records.errors import OneLineParser
 from records.paths import REPO_ROOT, RESULTS_DIR
 from website.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
-from website.markers import MARKER, MarkerError, find, transform_outside_code
+from website import page_safety
+from website.markers import MARKER, MarkerError, find, strays, transform_outside_code
 from records.numbers import fmt_pair
 from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
                                 spoken_words, split_sections)
@@ -76,6 +77,32 @@ def check_records(report: Report, demos: dict[str, catalog.Demo], results_dir: P
         if not problems:
             loaded.setdefault(demo, {})[device_class] = rec
     return loaded
+
+
+def check_commits(report: Report, records: dict[str, dict]) -> None:
+    """Every record names a commit of this repository's history (a made-up one, 0000..., says nothing about what
+    measured it). A shallow clone (a CI checkout of depth 1) cannot tell, and says so."""
+    import subprocess
+
+    commits = {rec.provenance.commit: f"docs/results/{demo}/{cls}.json" for demo, recs in records.items()
+               for cls, rec in recs.items() if rec.provenance.commit}
+    git = ["git", "-C", str(REPO_ROOT)]
+    try:
+        shallow = subprocess.run([*git, "rev-parse", "--is-shallow-repository"], capture_output=True, text=True,
+                                 timeout=30)
+        if shallow.returncode != 0 or shallow.stdout.strip() != "false":
+            report.warn("the records' commits were not checked against the history (no git history here, or a "
+                        "shallow clone: fetch it whole, e.g. actions/checkout's fetch-depth: 0)")
+            return
+        found = subprocess.run([*git, "cat-file", "--batch-check"], input="".join(f"{c}\n" for c in commits),
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        report.warn(f"the records' commits were not checked against the history ({e})")
+        return
+    for line in found.stdout.splitlines():
+        sha, _, kind = line.partition(" ")
+        if sha in commits and not kind.startswith("commit"):
+            report.error(f"{commits[sha]}: provenance.commit {sha} is not a commit of this repository's history")
 
 
 def check_freshness(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict]) -> None:
@@ -198,6 +225,8 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
         text = path.read_text(encoding="utf-8")
         if path.parent == docs_dir / "topics":
             check_topic_structure(report, path, text, demos)
+        for stray in strays(text, rel(path)):
+            report.error(stray)
         try:
             markers = find(text, rel(path))
         except MarkerError as e:
@@ -356,15 +385,12 @@ def check_sizing(report: Report, docs_dir: Path, problems_file: Path | None = No
     from website import sizing
 
     path = problems_file or sizing.PROBLEMS_FILE
-    for message in sizing.stated_problems(path):
-        report.error(f"{rel(path)}: {message}")
+    for message in sizing.stated_problems(path):  # loading, stated answers, rendering: each names file and problem
+        report.error(message)
     try:
         problems = sizing.load_problems(path)
-        for problem in problems.values():
-            sizing.render_problem(problem)
-    except (ValueError, KeyError) as e:
-        report.error(f"{rel(path)}: {e}")
-        return
+    except ValueError:
+        return  # reported above
     for page in sorted(docs_dir.rglob("*.md")):
         for pid in sizing.markers_in(page.read_text(encoding="utf-8")):
             if pid not in problems:
@@ -399,10 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     try:
         demos = catalog.discover()
+        datasheets.sheets()  # a datasheet that bounds nothing (a nan peak, no source) stops the check here
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if not sorted(args.docs_dir.glob("topics/*.md")):  # an empty or mistyped folder checks nothing: say so
+        print(f"error: {rel(args.docs_dir)}: no topic pages (topics/*.md); is it the site's docs folder?",
+              file=sys.stderr)
+        return 2
     records = check_records(report, demos, args.results_dir)
+    check_commits(report, records)
     check_freshness(report, demos, records)
     check_plausibility(report, records)
     check_gpu_set(report, demos, records, whole=args.docs_dir == DOCS_DIR)
@@ -414,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs_dir == DOCS_DIR:  # a test's scratch docs folder has no tests of its own
         check_tests(report, demos)
     check_nav(report, demos, args.docs_dir)
+    for problem in page_safety.problems(args.docs_dir.parent):  # includes, links, script: what the build refuses too
+        report.error(problem)
 
     for w in report.warnings:
         print(f"warning: {w}")

@@ -99,7 +99,7 @@ def test_pages_show_the_tested_reference_and_link_both_ways():
         text = page.read_text()
         assert f"exercises/{page.name}" in nav and page.name in index, name
         # the folded reference is the tested file itself, included at build time, never a copy
-        assert re.search(r'\?\?\? success "Reference solution"\n\n    ```python\n    --8<-- "exercises/'
+        assert re.search(r'\?\?\? success "Reference solution"\n\n    ```python\n    --8<-- "'
                          + name + r'/solution\.py"', text), name
         assert f"python -m exercises {name}" in text
         topic = grader(name).TOPIC

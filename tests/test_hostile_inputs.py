@@ -73,7 +73,7 @@ def gpu_record(site, **metric) -> dict:
     ({"value": 4.0, "unit": "TB/s"}, "exceeds the H100 datasheet memory bandwidth"),
     # a host-to-device copy is bounded by the host link (PCIe Gen5 x16, 63 GB/s one way), not by HBM
     ({"value": 100.0, "unit": "GB/s", "kind": "host_link"}, "exceeds the H100 datasheet host link rate (one way) of 63"),
-    ({"value": 10.0, "unit": "GB/s "}, "unknown rate unit"),
+    ({"value": 10.0, "unit": "GB/s "}, "unknown unit 'GB/s '"),
     ({"value": -5.0, "unit": "GB/s"}, "cannot be negative"),
 ])
 def test_rates_are_checked_against_the_peak_of_their_dtype_or_kind(site, capsys, metric, expected):

@@ -14,6 +14,7 @@ the syntax itself.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -93,9 +94,54 @@ def parse(kind: str, body: str, source: str) -> Marker:
         # split on the operator surrounded by spaces, so names with '-' or '.' stay whole
         parts = re.split(rf"\s{re.escape(op)}\s", expr)
         if len(parts) == 2:
-            return Marker("claim", m.group(1), source, device=m.group(2), lhs=_side(parts[0], source), op=op,
-                          rhs=_side(parts[1], source))
+            marker = Marker("claim", m.group(1), source, device=m.group(2), lhs=_side(parts[0], source), op=op,
+                            rhs=_side(parts[1], source))
+            _falsifiable(marker)
+            return marker
     raise MarkerError(f"{source}: the claim needs one comparison, with spaces around it: < <= > >=")
+
+
+def _falsifiable(marker: Marker) -> None:
+    """A claim that no measurement could contradict checks nothing: it names a metric, its numbers are finite
+    (1e999 is infinity), its scale is not zero (0 * x < 1 always holds), and its two sides differ."""
+    sides = (marker.lhs, marker.rhs)
+    if not any(isinstance(s, MetricRef) for s in sides):
+        raise MarkerError(f"{marker.source}: the claim compares two numbers; a claim compares a measurement")
+    for s in sides:
+        scaled = isinstance(s, MetricRef)
+        number = s.scale if scaled else s
+        if not math.isfinite(number) or abs(number) > 1e100 or (scaled and number == 0):
+            raise MarkerError(f"{marker.source}: {number:g}{' * ' if scaled else ''} makes the claim hold whatever is "
+                              f"measured; use a finite number{', and a scale that is not zero' if scaled else ''}")
+    if marker.lhs == marker.rhs:
+        raise MarkerError(f"{marker.source}: both sides are the same; the claim holds whatever is measured")
+
+
+STRAY = re.compile(r"\{\{|\}\}")
+SIZING = re.compile(r"\{\{\s*sizing\s+[A-Za-z0-9_\-]+\s*\}\}")
+
+
+def strays(text: str, source_name: str = "page") -> list[str]:
+    """Braces outside code that no marker consumed: a typo'd marker ({{ metrc ... }}) or one split across lines,
+    which the page would otherwise show as literal text. One line each, naming the page's line."""
+    found: list[str] = []
+    offset = 0
+
+    def scan(chunk: str) -> str:
+        nonlocal offset
+        start = text.find(chunk, offset) if chunk else offset
+        offset = max(offset, start)
+        left = SIZING.sub(lambda m: " " * len(m.group(0)), MARKER.sub(lambda m: " " * len(m.group(0)), chunk))
+        lines = sorted({text.count("\n", 0, start + m.start()) + 1 for m in STRAY.finditer(left)})
+        for line in lines:
+            words = " ".join(text.splitlines()[line - 1].split())[:60]
+            found.append(f"{source_name}:{line}: {words!r} holds braces that are no marker (a typo, or a marker split "
+                         "across lines?); write {{ results DEMO }}, {{ metric ... }}, {{ claim ... }}, "
+                         "{{ artifact ... }} or {{ sizing ID }} on one line")
+        return chunk
+
+    transform_outside_code(text, scan)
+    return found
 
 
 def transform_outside_code(text: str, fn: Callable[[str], str]) -> str:

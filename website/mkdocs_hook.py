@@ -28,7 +28,7 @@ import markdown as python_markdown  # noqa: E402
 from records import catalog  # noqa: E402
 from records.paths import REPO_ROOT  # noqa: E402
 from records.record import RecordError  # noqa: E402
-from website import notebooks, render, search, site_pages  # noqa: E402
+from website import markers, notebooks, page_safety, render, search, site_pages  # noqa: E402
 from website.markers import MarkerError  # noqa: E402
 
 TOPIC_SEARCH_BOOST = 4
@@ -52,6 +52,10 @@ def _glossary_for(text: str) -> str:
 
 @event_priority(100)  # before mkdocs-jupyter, so it turns the demo sources into notebook pages
 def on_files(files, config):
+    unsafe = page_safety.problems()  # an include from outside, a link, a script: nothing is built
+    if unsafe:
+        raise PluginError(unsafe[0] + (f" (and {len(unsafe) - 1} more; python -m scripts.check lists them)"
+                                       if len(unsafe) > 1 else ""))
     try:
         for demo in catalog.discover().values():
             src_uri = render.demo_src_uri(demo)
@@ -72,6 +76,9 @@ def on_files(files, config):
 @event_priority(100)  # before the tags plugin reads page.meta
 def on_page_markdown(markdown, page, config, files):
     src_uri = page.file.src_uri
+    stray = markers.strays(markdown, src_uri)  # a typo'd marker would show as literal braces
+    if stray:
+        raise PluginError(stray[0])
     if src_uri.startswith("topics/") and page.meta.get("difficulty"):
         tags = list(page.meta.get("tags") or [])
         page.meta["tags"] = [*tags, f"difficulty: {page.meta['difficulty']}"]

@@ -36,6 +36,7 @@ STYLE = {
     "savefig.transparent": True,
     "svg.fonttype": "none",  # text stays text: searchable, small, no embedded glyphs
     "svg.hashsalt": "ml-systems-measured",  # stable ids, so rebuilding gives the same bytes
+    "text.parse_math": False,  # a "$" in a record's title is a dollar sign, never mathtext (which can crash a build)
 }
 
 
@@ -185,17 +186,22 @@ def _cache_path(series: dict, device_label: str):
     return CACHE_DIR / f"{hashlib.sha256(key.encode()).hexdigest()}.svg"
 
 
-def _draw_into_cache(series: dict, device_label: str) -> None:
-    atomic.write_text(_cache_path(series, device_label), series_svg(series, device_label))
+def _draw_into_cache(series: dict, device_label: str, where: str = "a record") -> None:
+    try:
+        svg = series_svg(series, device_label)
+    except Exception as e:  # a record the check let through but matplotlib cannot draw: one line naming it
+        raise ValueError(f"{where}: series {series.get('name')!r} cannot be drawn "
+                         f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None
+    atomic.write_text(_cache_path(series, device_label), svg)
 
 
-def cached_svgs(jobs: list[tuple[dict, str]]) -> list[str]:
-    """SVGs of (series, device label) jobs. Each is drawn once and kept in .cache/plots under a hash
-    of its data and style, so a rebuild only draws what changed. Missing plots are drawn in parallel
+def cached_svgs(jobs: list[tuple[dict, str] | tuple[dict, str, str]]) -> list[str]:
+    """SVGs of (series, device label[, the record it is from]) jobs. Each is drawn once and kept in .cache/plots
+    under a hash of its data and style, so a rebuild only draws what changed. Missing plots are drawn in parallel
     by forked workers when this process runs a single thread (``mkdocs build``); under ``mkdocs
     serve``, whose server threads make forking unsafe, they are drawn here, one by one."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    missing = list({_cache_path(*job): job for job in jobs if not _cache_path(*job).exists()}.values())
+    missing = list({_cache_path(*job[:2]): job for job in jobs if not _cache_path(*job[:2]).exists()}.values())
     workers = min(len(missing), os.cpu_count() or 1)
     if workers > 1 and threading.active_count() == 1:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
@@ -203,4 +209,4 @@ def cached_svgs(jobs: list[tuple[dict, str]]) -> list[str]:
     else:
         for job in missing:
             _draw_into_cache(*job)
-    return [_cache_path(*job).read_text() for job in jobs]
+    return [_cache_path(*job[:2]).read_text() for job in jobs]

@@ -435,5 +435,5 @@ def plot_files(records_by_demo: dict[str, dict[str, Record]]) -> list[tuple[str,
         for c, rec in records.items():
             for s in rec.series:
                 paths.append(plot_path(demo, c, s["name"]))
-                jobs.append((s, catalog.device_label(c)))
+                jobs.append((s, catalog.device_label(c), f"docs/results/{demo}/{c}.json"))
     return list(zip(paths, cached_svgs(jobs)))

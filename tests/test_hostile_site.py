@@ -1,0 +1,367 @@
+"""Hostile inputs to the site, the records and the check (issue 31): includes from outside docs/, script in a page or
+a title, units that dodge the datasheet gate, records the renderer cannot draw or Python cannot read, claims that
+can never fail, typo'd markers. Each is refused in one line naming the file; nothing is read from outside the
+repository, nothing hangs, nothing prints a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TOPIC, make_record, write_record
+from records import datasheets, plausibility, record, units
+from website import markers, page_safety, plots
+
+PAYLOAD = '<img src=x onerror="window.__pwned=3">'
+
+
+def errors_of(site, capsys, rec=None, page=None) -> tuple[int, list[str]]:
+    if rec is not None:
+        write_record(site.results, rec)
+    code, _ = site(page=page) if page else site()
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    return code, [line for line in captured.err.splitlines() if line.startswith("error:")]
+
+
+def scratch_site(tmp_path: Path, page: str = "# Page\n", mkdocs_yml: str | None = None) -> Path:
+    """A repository-shaped folder: docs/ with one page, docs/includes, exercises/, and mkdocs.yml."""
+    (tmp_path / "docs" / "topics").mkdir(parents=True)
+    (tmp_path / "docs" / "includes").mkdir()
+    (tmp_path / "exercises" / "demo_ex").mkdir(parents=True)
+    (tmp_path / "exercises" / "demo_ex" / "solution.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "docs" / "topics" / "t.md").write_text(page)
+    (tmp_path / "mkdocs.yml").write_text(mkdocs_yml or "site_name: x\nnav:\n  - Home: index.md\n")
+    return tmp_path
+
+
+# -- 1. includes ------------------------------------------------------------------------------------------------
+def test_the_snippets_base_is_two_folders_not_the_repository():
+    """mkdocs.yml's includes resolve inside docs/includes and exercises/ only: the repository root (.git/config,
+    a link at the top) is no longer a base."""
+    from website.site_pages import mkdocs_config
+
+    extensions = mkdocs_config(REPO / "mkdocs.yml")["markdown_extensions"]
+    snippets = next(e["pymdownx.snippets"] for e in extensions if isinstance(e, dict) and "pymdownx.snippets" in e)
+    assert snippets["base_path"] == list(page_safety.INCLUDE_BASES)
+
+
+@pytest.mark.parametrize("line, expected", [
+    ('--8<-- "leak2.txt"', "is in neither docs/includes nor exercises/"),  # a link at the repository's top
+    ('--8<-- ".git/config"', "refused"),
+    ('--8<-- "../../etc/passwd"', "refused"),
+    ('--8<-- "/etc/passwd"', "refused"),
+    ('--8<-- "leak.md"', "is a symbolic link"),  # docs/includes/leak.md -> /etc/hostname
+    ("--8<-- 'demo_ex/solution.py'", "only with the one-line form"),
+    ("--8<--", "only with the one-line form"),  # the block form: every following line is a path
+    ('-8<- "demo_ex/solution.py"', "only with the one-line form"),
+])
+def test_an_include_from_outside_the_two_folders_is_refused_naming_the_file(tmp_path, line, expected):
+    root = scratch_site(tmp_path, f"# Page\n\n{line}\n")
+    (root / "leak2.txt").symlink_to("/etc/passwd")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "docs" / "includes" / "leak.md").symlink_to("/etc/hostname")
+    found = [p for p in page_safety.problems(root) if p.startswith("docs/topics/t.md:3:")]
+    assert len(found) == 1 and expected in found[0], page_safety.problems(root)
+
+
+def test_an_allowed_include_passes_and_its_own_includes_are_checked(tmp_path):
+    root = scratch_site(tmp_path, '# Page\n\n    --8<-- "demo_ex/solution.py"\n')
+    assert page_safety.problems(root) == []
+    (root / "exercises" / "demo_ex" / "solution.py").write_text('# --8<-- "x"\n--8<-- "../../mkdocs.yml"\n')
+    assert any("exercises/demo_ex/solution.py:2" in p for p in page_safety.problems(root))
+
+
+def test_a_symbolic_link_anywhere_under_docs_or_exercises_is_refused(tmp_path):
+    root = scratch_site(tmp_path)
+    (root / "docs" / "assets").mkdir()
+    (root / "docs" / "assets" / "leak.txt").symlink_to("/etc/passwd")  # MkDocs would copy it into site/
+    (root / "exercises" / "linked").symlink_to("/etc")
+    found = page_safety.problems(root)
+    assert any(p.startswith("docs/assets/leak.txt: a symbolic link") for p in found), found
+    assert any(p.startswith("exercises/linked: a symbolic link") for p in found), found
+
+
+def test_the_check_refuses_an_include_from_outside(site, capsys):
+    code, errors = errors_of(site, capsys, page=TOPIC.replace("CLAIM", '--8<-- "../../../etc/passwd"'))
+    assert code == 1 and any("include" in e and "t.md" in e for e in errors), errors
+
+
+def test_the_build_stops_on_what_the_check_refuses(monkeypatch):
+    from mkdocs.exceptions import PluginError
+
+    sys.path.insert(0, str(REPO / "website"))
+    import mkdocs_hook
+
+    monkeypatch.setattr(page_safety, "problems", lambda root=None: ["docs/x.md:1: include 'y' refused", "two"])
+    with pytest.raises(PluginError, match=r"docs/x.md:1: include 'y' refused \(and 1 more"):
+        mkdocs_hook.on_files([], {})
+
+
+def test_markdown_with_the_sites_snippets_cannot_read_the_repository_root(tmp_path, monkeypatch):
+    """The same conversion the build does, from a folder whose root holds a secret: not found, never included."""
+    import markdown
+    from pymdownx.snippets import SnippetMissingError
+
+    from website.site_pages import mkdocs_config
+
+    root = scratch_site(tmp_path)
+    (root / "secret.txt").write_text("SECRET-CONTENT")
+    monkeypatch.chdir(root)
+    extensions = mkdocs_config(REPO / "mkdocs.yml")["markdown_extensions"]
+    config = next(e["pymdownx.snippets"] for e in extensions if isinstance(e, dict) and "pymdownx.snippets" in e)
+    md = markdown.Markdown(extensions=["pymdownx.snippets"],
+                           extension_configs={"pymdownx.snippets": {**config, "auto_append": []}})
+    try:
+        html = md.convert('--8<-- "secret.txt"\n')
+    except SnippetMissingError:
+        html = ""
+    assert "SECRET-CONTENT" not in html
+
+
+# -- 2. script in a page, a title, mkdocs.yml, a demo's prose -----------------------------------------------------
+@pytest.mark.parametrize("text", [
+    PAYLOAD, "<script>alert(1)</script>", '<a href="javascript:alert(1)">x</a>', "[x](javascript:alert(1))",
+    'Text {: onclick="alert(1)" }', '<iframe src="https://example.com"></iframe>',
+    '<meta http-equiv="refresh" content="0; url=https://example.com">', '<svg onload="alert(1)"></svg>',
+])
+def test_raw_html_that_runs_script_is_refused_in_a_page(tmp_path, text):
+    root = scratch_site(tmp_path, f"# Page\n\n{text}\n")
+    found = page_safety.problems(root)
+    assert len(found) == 1 and found[0].startswith("docs/topics/t.md: raw HTML that could run script"), found
+
+
+def test_script_shown_as_code_is_text_and_passes(tmp_path):
+    root = scratch_site(tmp_path, f"# Page\n\n`{PAYLOAD}`\n\n```html\n<script>alert(1)</script>\n```\n"
+                                  "TracerBoolConversionError is a name, not a handler.\n")
+    assert page_safety.problems(root) == []
+
+
+def test_a_title_with_markup_is_refused_in_the_nav_and_the_front_matter(tmp_path):
+    nav = f"site_name: x\nnav:\n  - '{PAYLOAD}': topics/t.md\n"
+    root = scratch_site(tmp_path, f"---\ntitle: '{PAYLOAD}'\n---\n# Page\n", mkdocs_yml=nav)
+    found = page_safety.problems(root)
+    assert any(p.startswith("mkdocs.yml") for p in found), found
+    assert any(p.startswith("docs/topics/t.md: front matter: title") for p in found), found
+    assert any("{{" in p for p in page_safety.title_problems("{{ results x }}", "t"))
+
+
+def test_script_in_a_demos_prose_is_refused(tmp_path):
+    root = scratch_site(tmp_path)
+    (root / "demos" / "t1").mkdir(parents=True)
+    (root / "demos" / "t1" / "d.py").write_text(f"# %% [markdown]\n# # Title {PAYLOAD}\n\n# %%\nx = 1\n")
+    assert any(p.startswith("demos/t1/d.py: raw HTML") for p in page_safety.problems(root))
+
+
+def test_the_real_site_passes():
+    assert page_safety.problems() == []
+
+
+# -- 3. units and the datasheet gate -----------------------------------------------------------------------------
+HOSTILE_UNITS = ["GB\u200b/s", "G\u0412/s", "TFL\u041eP/s", "GB\uff0fs", "GB\u00a0/s", "TOPS", "TFLOPS", "GB/ms",
+                 "B/ns", "Gbit/s", "GBps", "GB/s ", "Gb/s"]
+
+
+@pytest.mark.parametrize("unit", HOSTILE_UNITS)
+def test_a_unit_outside_the_closed_list_is_refused(unit):
+    rec = make_record(device_class="h100")
+    rec["metrics"]["chain.eager.gbps"] = {"value": 99_999.0, "unit": unit}
+    problems = record.validate(rec)
+    assert any(p.startswith("metrics.chain.eager.gbps.unit:") for p in problems), problems
+
+
+def test_every_committed_unit_is_in_the_closed_list_and_ascii():
+    assert all(u.isascii() and u.isprintable() for u in units.UNITS)
+    for path in sorted((REPO / "docs" / "results").glob("*/*.json")):
+        rec = json.loads(path.read_text())
+        assert all(m["unit"] in units.UNITS for m in rec["metrics"].values()), path
+
+
+@pytest.mark.parametrize("fields", [{"kind": "cache"}, {"cache_resident": True}])
+def test_a_cache_resident_rate_is_bounded_by_the_caches(fields):
+    rec = make_record(device_class="h100")
+    rec["metrics"]["chain.eager.gbps"] = {"value": 1e6, "unit": "GB/s", **fields}
+    problems = plausibility.vet(record.parse(rec), "x.json")
+    assert any("exceeds the H100 datasheet cache bandwidth" in p for p in problems), problems
+    rec["metrics"]["chain.eager.gbps"]["value"] = 20_000.0  # above HBM, below the SMs' L1: a cache can do this
+    assert not any("chain.eager.gbps" in p for p in plausibility.vet(record.parse(rec), "x.json"))
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ({"memory_gbps": float("nan")}, "memory_gbps: nan is not a finite positive number"),
+    ({"memory_gbps": -1.0}, "memory_gbps: -1.0 is not a finite positive number"),
+    ({"tflops": {"bfloat16": float("inf")}}, "tflops.bfloat16: inf is not a finite positive number"),
+    ({"tflops": {"bfloat16": "990"}}, "tflops.bfloat16: '990' is not a finite positive number"),
+    ({"source": ""}, "source: missing"),
+    ({"label": "$\\frac{$"}, "label: '$\\\\frac{$' must be plain text"),
+    ({"label": PAYLOAD}, "must be plain text"),
+])
+def test_a_datasheet_entry_that_bounds_nothing_is_refused(entry, expected):
+    sheet = {"label": "H100", "memory_gbps": 3350.0, "tflops": {"bfloat16": 989.4}, "source": "datasheet", **entry}
+    found = datasheets.problems({"h100": sheet})
+    assert any(expected in p for p in found), found
+
+
+def test_a_datasheet_with_a_nan_peak_stops_the_check_in_one_line(tmp_path, monkeypatch):
+    bad = tmp_path / "records"
+    bad.mkdir()
+    text = (REPO / "records" / "datasheets.toml").read_text().replace("memory_gbps = 3350.0", "memory_gbps = nan", 1)
+    (bad / "datasheets.toml").write_text(text)
+    with pytest.raises(datasheets.DatasheetError, match=r"^records/datasheets.toml: \[h100\] memory_gbps: nan"):
+        datasheets.load(tmp_path)
+
+
+def test_the_committed_datasheets_are_valid():
+    assert datasheets.problems(datasheets.load()) == []
+
+
+# -- 4 and 5. records the renderer cannot draw, or Python cannot read ------------------------------------------
+@pytest.mark.parametrize("mutate, field", [
+    (lambda r: r.__setitem__("wall_time_s", 10**400), "wall_time_s: out of range"),
+    (lambda r: r["series"][0]["lines"][0].__setitem__("y", [1e308, -1e308]), "series[0].lines[0].y[0]: out of range"),
+    (lambda r: r["metrics"]["chain.eager.gbps"].__setitem__("value", 1e101), "metrics.chain.eager.gbps.value: out of"),
+])
+def test_numbers_beyond_what_a_page_can_draw_are_refused(mutate, field):
+    rec = make_record()
+    mutate(rec)
+    assert any(p.startswith(field) for p in record.validate(rec)), record.validate(rec)
+
+
+def test_a_dollar_in_a_plot_text_is_a_dollar_sign():
+    series = {"name": "a", "title": "$\\frac{a}{ $", "x_label": "$", "y_label": "y", "x_log": True, "y_log": True,
+              "lines": [{"label": "$\\frac{$", "x": [1.0, 2.0], "y": [1e-100, 1e100]}]}
+    assert "frac" in plots.series_svg(series, "H$100")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[" * 2000 + "]" * 2000, "nested too deeply"),
+    ('{"a": ' + "9" * 5000 + "}", "Exceeds the limit"),
+    ('{"a": 1, "a": 2}', 'the key "a" appears twice'),
+    ("\ufeff{}", "not valid JSON"),
+    (b"\xff\xfe{}", "not UTF-8"),
+])
+def test_unreadable_json_is_one_line(text, expected):
+    with pytest.raises(record.RecordError) as e:
+        record.loads(text, "x.json")
+    assert str(e.value).startswith("x.json: ") and expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_duplicate_metric_cannot_hide_a_second_value():
+    rec = json.dumps(make_record())
+    hidden = rec.replace('"chain.eager.gbps": {', '"chain.eager.gbps": {"value": 1, "unit": "GB/s"}, '
+                                                  '"chain.eager.gbps": {', 1)
+    with pytest.raises(record.RecordError, match="appears twice"):
+        record.loads(hidden, "x.json")
+
+
+def _hostile_files(folder: Path) -> dict[str, str]:
+    """A record of each kind that once hung or crashed a reader, and what its one line says."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "zero.json").symlink_to("/dev/zero")
+    os.mkfifo(folder / "fifo.json")
+    (folder / "deep.json").write_text("[" * 2000 + "]" * 2000)
+    (folder / "digits.json").write_text('{"a": ' + "9" * 5000 + "}")
+    (folder / "huge.json").write_bytes(b" " * (record.MAX_BYTES + 1))
+    return {"zero.json": "symbolic link", "fifo.json": "not a regular file", "deep.json": "nested too deeply",
+            "digits.json": "Exceeds the limit", "huge.json": "a record is at most"}
+
+
+def test_a_link_to_dev_zero_a_fifo_and_a_huge_file_are_refused_without_reading(tmp_path):
+    for name, expected in _hostile_files(tmp_path).items():
+        started = time.monotonic()
+        with pytest.raises(record.RecordError, match=expected):
+            record.load(tmp_path / name)
+        assert time.monotonic() - started < 30, name  # a hang guard, not a timing
+
+
+def test_the_check_names_each_hostile_record_in_one_line(site, capsys):
+    folder = site.results / "kernel_fusion"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cpu.json").unlink()
+    names = {"zero.json": "h100.json", "fifo.json": "h200.json", "deep.json": "a100.json", "digits.json": "l4.json",
+             "huge.json": "l40s.json"}
+    staging = folder.parent / "staging"
+    for name, expected in _hostile_files(staging).items():
+        (staging / name).rename(folder / names[name])
+    code, errors = errors_of(site, capsys)
+    assert code == 2, errors
+    for target in names.values():
+        assert sum(f"kernel_fusion/{target}" in line for line in errors) == 1, errors
+
+
+def test_regen_counts_a_hostile_record_as_missing_without_reading_it(tmp_path):
+    from records import catalog
+
+    demo = catalog.discover()["kernel_fusion"]
+    folder = tmp_path / "kernel_fusion"
+    for name in _hostile_files(tmp_path / "staging"):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        (tmp_path / "staging" / name).rename(folder / "cpu.json")
+        assert catalog.record_freshness(demo, "cpu", tmp_path) == "missing"
+
+
+# -- 10. records: commits, dates, device kinds, signs, sizes ------------------------------------------------------
+@pytest.mark.parametrize("mutate, field", [
+    (lambda r: r["provenance"].__setitem__("commit", "0000"), "provenance.commit"),
+    (lambda r: r["provenance"].__setitem__("commit", "0" * 40), "provenance.commit: all zeros"),
+    (lambda r: r["provenance"].__setitem__("utc", "9999-99-99T00:00:00Z"), "provenance.utc"),
+    (lambda r: r["provenance"].__setitem__("utc", "2999-01-01T00:00:00Z"), "provenance.utc"),
+    (lambda r: r["provenance"].__setitem__("device_kind", "cuda"), "provenance.device_kind"),
+    (lambda r: r["tables"][0].__setitem__("rows", [["a", 1.0]] * 2001), "tables[0].rows"),
+    (lambda r: r["series"][0]["lines"][0].update(x=[1.0] * 20001, y=[1.0] * 20001), "series[0].lines[0].x"),
+])
+def test_implausible_provenance_and_unbounded_tables_are_refused(mutate, field):
+    rec = make_record()
+    mutate(rec)
+    assert any(p.startswith(field) for p in record.validate(rec)), record.validate(rec)
+
+
+def test_a_commit_outside_the_history_is_refused(site, capsys):
+    rec = make_record(source_digest=site.digest)
+    rec["provenance"]["commit"] = "f" * 40
+    code, errors = errors_of(site, capsys, rec)
+    assert code == 1 and any("is not a commit of this repository's history" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("unit, value", [("ms", -1.0), ("x", -0.5), ("us", -0.02), ("GB", -3.0)])
+def test_a_negative_time_size_or_speedup_is_refused_unless_signed(unit, value):
+    rec = make_record()
+    rec["metrics"]["m"] = {"value": value, "unit": unit}
+    assert any("metrics.m" in p and "cannot be negative" in p for p in plausibility.vet(record.parse(rec), "x.json"))
+    rec["metrics"]["m"]["signed"] = True  # a fitted slope or a difference says what it is
+    assert not any("metrics.m" in p for p in plausibility.vet(record.parse(rec), "x.json"))
+
+
+# -- 10. claims and markers -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("claim", ["1 < 2", "chain.eager.gbps < 1e999", "0 * chain.eager.gbps < 1",
+                                   "chain.eager.gbps <= chain.eager.gbps", "nan * chain.eager.gbps < 1"])
+def test_a_claim_that_can_never_be_contradicted_is_refused(site, capsys, claim):
+    code, errors = errors_of(site, capsys, page=TOPIC.replace("CLAIM", f"{{{{ claim kernel_fusion @cpu {claim} }}}}"))
+    assert code == 1 and len([e for e in errors if "claim" in e]) == 1, errors
+
+
+@pytest.mark.parametrize("text", ["{{ metrc kernel_fusion chain.eager.gbps @cpu }}",
+                                  "{{ metric kernel_fusion\nchain.eager.gbps @cpu }}", "{{ results kernel_fusion"])
+def test_a_typod_or_split_marker_is_an_error_not_literal_text(site, capsys, text):
+    code, errors = errors_of(site, capsys, page=TOPIC.replace("CLAIM", text))
+    assert code == 1 and any("holds braces that are no marker" in e for e in errors), errors
+
+
+def test_markers_in_code_are_left_alone():
+    assert markers.strays("`{{ metrc x }}`\n\n```\n{{ y\n```\n") == []
+
+
+def test_check_on_an_empty_docs_folder_fails(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "scripts.check", "--docs-dir", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no topic pages" in proc.stderr and "Traceback" not in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
