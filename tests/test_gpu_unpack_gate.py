@@ -223,5 +223,5 @@ def test_every_refusal_is_one_line(tmp_path, capsys, good):
     not_gzip.write_bytes(_tar_bytes({FUSION: b"{}"}))
     for broken in (truncated, not_gzip):
         code, out, err = _run(capsys, broken, tmp_path / "other")
-        assert code == 2 and len(err) == 1 and "not a readable gzip-compressed tar" in err[0] and out == [], err
+        assert code == 2 and len(err) == 1 and "not a readable tar archive (truncated or corrupt): " in err[0] and out == [], err
         assert not (tmp_path / "other").exists()
