@@ -12,19 +12,25 @@ The problems live in ``website/sizing_problems.toml``: each names a formula, its
 model configs and hardware figures, with their sources) and the answer its author *stated*, rounded.
 A page shows a problem with the marker ``{{ sizing ID }}``: the statement, then the worked answer,
 computed here at build time, folded until the reader opens it. ``python -m scripts.check`` fails when a
-stated answer and the computation disagree (``stated_problems``).
+stated answer and the computation disagree (``stated_problems``). Every field is checked when the file is
+loaded (inputs finite, in range, of their type; known keys only; a closed list of difficulties; plain-text
+titles), so the check and the site build refuse a bad one in one line naming the file, the problem and the
+field; a step's ``{name}`` fields are filled without Python's formatter (``fill_step``).
 """
 
 from __future__ import annotations
 
 import html
+import inspect
 import math
 import re
+import string
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from demos.common import cluster_model as cm
+from records.paths import shown
 
 PROBLEMS_FILE = Path(__file__).with_name("sizing_problems.toml")
 GB = 1e9
@@ -182,6 +188,118 @@ class Problem:
     stated: str  # the author's rounded answer, in ``unit``
     steps: list = field(default_factory=list)  # Markdown lines with {name} placeholders (results and inputs)
     note: str = ""
+    source: str = ""  # the file it came from, as messages show it
+
+    @property
+    def where(self) -> str:
+        """How a message names this problem: 'website/sizing_problems.toml: problem 'kv_llama2_70b''."""
+        return f"{self.source}: problem {self.id!r}" if self.source else f"problem {self.id!r}"
+
+
+# What a problem file may hold. Every value is checked when the file is loaded, so the check and the site
+# build refuse a bad one in one line naming the file, the problem and the field, before any formula runs.
+DIFFICULTIES = ("easy", "medium", "hard")  # the topic pages' (scripts/check.py DIFFICULTIES); a test keeps them equal
+REQUIRED = ("title", "topic", "difficulty", "question", "formula", "inputs", "answer", "stated")
+OPTIONAL = ("given", "unit", "scale", "steps", "note")
+PROBLEM_ID = re.compile(r"[A-Za-z0-9_\-]+")  # what a {{ sizing ID }} marker can name
+TOPIC_NAME = re.compile(r"[a-z0-9][a-z0-9\-]*")  # a topic page's file name; it lands in a link
+RESULT_KEY = re.compile(r"[a-z_]+")
+NAME = re.compile(r"[a-z0-9_]+")
+# a title or a unit is one line of plain text: these would be HTML or Markdown
+MARKUP = re.compile(r"[<>\[\]{}`\\\r\n]")
+
+# The inputs' rules, by name (every formula's parameters have one; a test requires it). A whole number or a
+# number above 0, up to LIMIT: far above any real model, cluster or token count (and compute() still refuses
+# a result that is not finite). A choice input names one of a fixed list.
+LIMIT = 1e18
+
+
+def _whole(lowest: int, highest: float = LIMIT) -> tuple:
+    return ("whole", lowest, highest)
+
+
+POSITIVE = ("above", 0, LIMIT)
+FRACTION = ("above", 0, 1)
+RECOMPUTE = ("none", "selective", "full")
+INPUT_RULES = {
+    "layers": _whole(1), "kv_heads": _whole(1), "head_dim": _whole(1), "context": _whole(1), "batch": _whole(1),
+    "dtype_bytes": POSITIVE, "block_tokens": _whole(0),
+    "params": POSITIVE, "hidden": _whole(1), "heads": _whole(1), "seq_len": _whole(1), "microbatch_size": _whole(1),
+    "microbatches": _whole(1), "precision": ("choice", PRECISIONS), "optimizer": ("choice", tuple(OPTIMIZER_MOMENTS)),
+    "zero_stage": _whole(0, 3), "dp": _whole(1), "tp": _whole(1), "pp": _whole(1), "recompute": ("choice", RECOMPUTE),
+    "gpu_memory_gb": POSITIVE,
+    "weight_bytes": POSITIVE, "gpus": _whole(1), "bandwidth_gbs": POSITIVE, "memory_gb": POSITIVE, "kv_bytes": POSITIVE,
+    "n_bytes": POSITIVE, "link": ("choice", tuple(cm.LINKS)),
+    "device": ("device",), "dtype": ("name",),
+    "tokens": POSITIVE, "peak_tflops": POSITIVE, "mfu": FRACTION,
+    "stages": _whole(1), "interleave": _whole(1),
+}
+
+
+def _show(value) -> str:
+    """A value as the problem file writes it, short enough for a one-line message."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def checked_input(value, rule: tuple, where: str):
+    """``value`` when ``rule`` allows it (a whole number as an int); else ValueError naming ``where``."""
+    kind = rule[0]
+    if kind in ("choice", "device"):
+        if kind == "device":
+            from records import datasheets
+
+            choices = tuple(datasheets.sheets())
+        else:
+            choices = rule[1]
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"{where}: {_show(value)} is not one of {', '.join(choices)}")
+        return value
+    if kind == "name":  # looked up by the formula (a datasheet's dtype), which says when it has no such figure
+        if not isinstance(value, str) or not NAME.fullmatch(value):
+            raise ValueError(f"{where}: {_show(value)} is not a name (lower-case letters, digits, '_')")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: {_show(value)} is not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: {_show(value)} is not a finite number")
+    _, lowest, highest = rule
+    if kind == "whole":
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{where}: {_show(value)} is not a whole number")
+        if not lowest <= value <= highest:
+            raise ValueError(f"{where}: {_show(value)} is out of range: give a whole number from {lowest:g} "
+                             f"to {highest:g}")
+        return int(value)
+    if not lowest < value <= highest:
+        raise ValueError(f"{where}: {_show(value)} is out of range: give a number above {lowest:g} "
+                         f"and at most {highest:g}")
+    return value
+
+
+def checked_inputs(formula: str, inputs, where: str) -> dict:
+    """A problem's inputs, each resolved (datasheet:...) and checked: a table whose keys are the formula's
+    parameters, every required one given, every value allowed by its rule."""
+    if not isinstance(inputs, dict):
+        raise ValueError(f"{where} inputs: {_show(inputs)}, not a table of NAME = value")
+    parameters = inspect.signature(FORMULAS[formula]).parameters
+    for name in inputs:
+        if name not in parameters:
+            raise ValueError(f"{where} input {name}: {formula} takes no such input (it takes {', '.join(parameters)})")
+    for name, parameter in parameters.items():
+        if parameter.default is inspect.Parameter.empty and name not in inputs:
+            raise ValueError(f"{where} inputs: no {name} ({formula} needs it)")
+    out = {}
+    for name, value in inputs.items():
+        here = f"{where} input {name}"
+        out[name] = checked_input(resolve(value, here), INPUT_RULES[name], here)
+    return out
 
 
 DATASHEET_REF = re.compile(r"datasheet:([a-z0-9\-]+)\.([a-z_]+)(?:\.([a-z0-9_]+))?")
@@ -194,46 +312,91 @@ def resolve(value, where: str):
         return value
     m = DATASHEET_REF.fullmatch(value)
     if not m:
-        raise ValueError(f"{where}: write datasheet:DEVICE.FIELD[.DTYPE], not {value!r}")
+        raise ValueError(f"{where}: write datasheet:DEVICE.FIELD[.DTYPE], not {_show(value)}")
     from records import datasheets
 
     sheet = datasheets.sheets().get(m.group(1))
     try:
         out = sheet[m.group(2)]
         return float(out[m.group(3)] if m.group(3) else out)
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         raise ValueError(f"{where}: records/datasheets.toml has no {value.removeprefix('datasheet:')}") from None
 
 
+def _problem(pid: str, p, source: str) -> Problem:
+    """One problem of the file, every field checked (ValueError: one line naming the file, problem and field)."""
+    where = f"{source}: problem {pid!r}"
+    if not PROBLEM_ID.fullmatch(pid):
+        raise ValueError(f"{where}: an id is letters, digits, '_' and '-' (what a {{{{ sizing ID }}}} marker names)")
+    if not isinstance(p, dict):
+        raise ValueError(f"{where}: {_show(p)}, not a table of fields")
+    for key in p:
+        if key not in REQUIRED + OPTIONAL:
+            raise ValueError(f"{where}: unknown field {_show(key)} (known: {', '.join(REQUIRED + OPTIONAL)})")
+    for key in REQUIRED:
+        if key not in p:
+            raise ValueError(f"{where} has no {key!r}")
+    for key in ("title", "topic", "difficulty", "question", "formula", "answer", "stated", "unit", "note"):
+        if key in p and not isinstance(p[key], str):
+            raise ValueError(f"{where} {key}: {_show(p[key])} is not a string" +
+                             (' (write the rounded answer in quotes, "1.34": its written digits set the tolerance)'
+                              if key == "stated" else ""))
+    for key in ("given", "steps"):
+        if key in p and not (isinstance(p[key], list) and all(isinstance(line, str) for line in p[key])):
+            raise ValueError(f"{where} {key}: not an array of strings")
+    for key in ("title", "unit"):
+        if MARKUP.search(p.get(key, "")):
+            raise ValueError(f"{where} {key}: {_show(p[key])} holds markup (< > [ ] {{ }} ` \\ or a line break); "
+                             "it is shown as plain text")
+    if not p["title"].strip():
+        raise ValueError(f"{where} title: empty")
+    if p["difficulty"] not in DIFFICULTIES:
+        raise ValueError(f"{where} difficulty: {_show(p['difficulty'])} is not one of {', '.join(DIFFICULTIES)}")
+    if not TOPIC_NAME.fullmatch(p["topic"]):
+        raise ValueError(f"{where} topic: {_show(p['topic'])} is not a topic page's file name (docs/topics/NAME.md)")
+    if p["formula"] not in FORMULAS:
+        raise ValueError(f"{where} formula: unknown formula {_show(p['formula'])} (known: {', '.join(FORMULAS)})")
+    if not RESULT_KEY.fullmatch(p["answer"]):
+        raise ValueError(f"{where} answer: {_show(p['answer'])} is not a result name")
+    try:
+        stated_tolerance(p["stated"])
+    except ValueError as e:
+        raise ValueError(f"{where} stated: {e}") from None
+    scale = checked_input(p.get("scale", 1.0), POSITIVE, f"{where} scale")
+    return Problem(id=pid, title=p["title"], topic=p["topic"], difficulty=p["difficulty"], question=p["question"],
+                   formula=p["formula"], inputs=checked_inputs(p["formula"], p["inputs"], where),
+                   given=list(p.get("given", [])), answer=p["answer"], unit=p.get("unit", ""), scale=float(scale),
+                   stated=p["stated"], steps=list(p.get("steps", [])), note=p.get("note", ""), source=source)
+
+
 def load_problems(path: Path = PROBLEMS_FILE) -> dict[str, Problem]:
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
-    problems = {}
-    for pid, p in data.items():
-        if pid in problems:
-            raise ValueError(f"{path.name}: problem {pid!r} twice")
-        try:
-            problems[pid] = Problem(id=pid, title=p["title"], topic=p["topic"], difficulty=p["difficulty"],
-                                    question=p["question"], formula=p["formula"],
-                                    inputs={k: resolve(v, f"{path.name}: {pid}.inputs.{k}") for k, v in p["inputs"].items()},
-                                    given=list(p.get("given", [])), answer=p["answer"], unit=p.get("unit", ""),
-                                    scale=float(p.get("scale", 1.0)), stated=str(p["stated"]),
-                                    steps=list(p.get("steps", [])), note=p.get("note", ""))
-        except KeyError as e:
-            raise ValueError(f"{path.name}: problem {pid!r} has no {e.args[0]!r}") from None
-        if p["formula"] not in FORMULAS:
-            raise ValueError(f"{path.name}: problem {pid!r}: unknown formula {p['formula']!r} "
-                             f"(known: {', '.join(FORMULAS)})")
-    return problems
+    """Every problem of the file, checked; ValueError (one line naming the file, problem and field) if one is bad."""
+    source = shown(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # TOMLDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
+        raise ValueError(f"{source}: not valid TOML: {e}") from None
+    return {pid: _problem(pid, p, source) for pid, p in data.items()}
 
 
 def compute(problem: Problem) -> dict:
-    return FORMULAS[problem.formula](**problem.inputs)
+    """The formula's results for the problem's inputs: every number finite (ValueError naming the problem if not)."""
+    try:
+        result = FORMULAS[problem.formula](**problem.inputs)
+    except (ValueError, KeyError, ArithmeticError) as e:  # cluster_model's rules, a figure a datasheet lacks
+        detail = f"no {e.args[0]!r} for these inputs" if isinstance(e, KeyError) else str(e)
+        raise ValueError(f"{problem.where}: {problem.formula}: {detail}") from None
+    for key, value in result.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{problem.where}: {problem.formula} gives {key} = {value} for these inputs; "
+                             "check their units and sizes")
+    return result
 
 
 def computed_answer(problem: Problem) -> float:
     result = compute(problem)
     if problem.answer not in result:
-        raise ValueError(f"problem {problem.id!r}: formula {problem.formula} gives no {problem.answer!r} "
+        raise ValueError(f"{problem.where}: formula {problem.formula} gives no {problem.answer!r} "
                          f"(it gives {', '.join(result)})")
     return float(result[problem.answer]) / problem.scale
 
@@ -242,7 +405,7 @@ def stated_tolerance(stated: str) -> float:
     """Half a unit in the stated answer's last digit: '21.5' -> 0.05, '137' -> 0.5, '1,200' -> 0.5."""
     text = stated.replace(",", "").strip()
     if not re.fullmatch(r"-?\d+(\.\d+)?", text):
-        raise ValueError(f"stated answer {stated!r} is not a plain number (digits, at most one point)")
+        raise ValueError(f"stated answer {_show(stated)} is not a plain number (digits, at most one point)")
     decimals = len(text.split(".")[1]) if "." in text else 0
     return 0.5 * 10.0 ** -decimals
 
@@ -256,18 +419,29 @@ def disagreement(problem: Problem) -> str:
         return str(e)
     stated = float(problem.stated.replace(",", ""))
     if abs(value - stated) > tol * (1 + 1e-9):
-        return (f"problem {problem.id!r}: stated answer {problem.stated} {problem.unit} but the computation gives "
+        return (f"{problem.where}: stated answer {problem.stated} {problem.unit} but the computation gives "
                 f"{value:.6g} {problem.unit} (the stated digits allow +/- {tol:g})")
     return ""
 
 
 def stated_problems(path: Path = PROBLEMS_FILE) -> list[str]:
-    """Every disagreement between a stated answer and its computation (the check's rule)."""
+    """Everything the check refuses in the problem file, one line each naming the file and the problem: a
+    file or field it cannot take, a stated answer that is not its computation, a step that does not render."""
     try:
         problems = load_problems(path)
-    except (ValueError, tomllib.TOMLDecodeError) as e:
-        return [f"{path.name}: {e}"]
-    return [msg for p in problems.values() if (msg := disagreement(p))]
+    except ValueError as e:
+        return [str(e)]
+    messages = []
+    for p in problems.values():
+        message = disagreement(p)
+        if not message:
+            try:
+                render_problem(p)
+            except ValueError as e:
+                message = str(e)
+        if message:
+            messages.append(message)
+    return messages
 
 
 # -- rendering --------------------------------------------------------------------------------------
@@ -295,39 +469,70 @@ def fmt(value) -> str:
     return f"{v:.4g}"
 
 
-class _Values(dict):
-    def __missing__(self, key):
-        raise KeyError(key)
+def step_numbers(problem: Problem) -> dict:
+    """What a step line may name: every input and result, plus derived ones (name_gb is name / 1e9, ...)."""
+    result = compute(problem)
+    numbers = {}
+    for source in (problem.inputs, result):
+        for k, v in source.items():
+            numbers[k] = v
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                numbers[k + "_gb"] = v / GB
+                numbers[k + "_gib"] = v / GIB
+                numbers[k + "_ms"] = v * 1e3
+                numbers[k + "_us"] = v * 1e6
+                numbers[k + "_pct"] = 100 * v
+                numbers[k + "_b"] = v / 1e9
+                numbers[k + "_kib"] = v / 1024
+    numbers["answer"] = computed_answer(problem)
+    numbers["unit"] = problem.unit
+    return numbers
 
 
 def step_values(problem: Problem) -> dict:
-    """What a step line may name: every input and result (formatted), plus result/GB etc. derived ones."""
-    result = compute(problem)
-    values = _Values()
-    for source in (problem.inputs, result):
-        for k, v in source.items():
-            values[k] = fmt(v)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                values[k + "_gb"] = fmt(v / GB)
-                values[k + "_gib"] = fmt(v / GIB)
-                values[k + "_ms"] = fmt(v * 1e3)
-                values[k + "_us"] = fmt(v * 1e6)
-                values[k + "_pct"] = fmt(100 * v)
-                values[k + "_b"] = fmt(v / 1e9)
-                values[k + "_kib"] = fmt(v / 1024)
-    values["answer"] = fmt(computed_answer(problem))
-    values["unit"] = problem.unit
-    return values
+    """The same, shown as a page shows them (fmt)."""
+    return {k: fmt(v) for k, v in step_numbers(problem).items()}
+
+
+STEP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a width or a precision of two digits at most: "{x:999999999}" would fill the memory
+STEP_FORMAT = re.compile(r"[<>^]?[+\- ]?\d{0,2}[,_]?(\.\d{1,2})?[eEfFgG%]?")
+
+
+def fill_step(template: str, numbers: dict, where: str) -> str:
+    """A step line with its fields filled: ``{name}`` is the value as shown (fmt), ``{name:.2f}`` the number in
+    that format. Nothing else a Python format string can do (attribute or index access, conversions, nested
+    fields) is allowed: a step is a contributor's text and must reach no Python object."""
+    out = []
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise ValueError(f"{where}: {e} (write {{{{ or }}}} for a literal brace)") from None
+    for literal, name, spec, conversion in parts:
+        out.append(literal)
+        if name is None:
+            continue
+        if conversion is not None or not STEP_NAME.fullmatch(name) or not STEP_FORMAT.fullmatch(spec or ""):
+            field_text = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"{where}: {_show(field_text)} is not a plain {{name}} or {{name:format}} field "
+                             "(no attribute, index, conversion or nested field)")
+        if name not in numbers:
+            raise ValueError(f"{where}: a step names {name!r}, which is neither an input nor a result of the formula")
+        if not spec:
+            out.append(fmt(numbers[name]))
+            continue
+        try:
+            out.append(format(numbers[name], spec))
+        except ValueError as e:
+            raise ValueError(f"{where}: {{{name}:{spec}}}: {e}") from None
+    return "".join(out)
 
 
 def render_problem(problem: Problem, number: int | None = None) -> str:
     """The problem as Markdown: heading, question, the given figures with sources, the worked answer folded."""
-    values = step_values(problem)
-    try:
-        steps = [s.format_map(values) for s in problem.steps]
-    except KeyError as e:
-        raise ValueError(f"problem {problem.id!r}: a step names {e.args[0]!r}, which is neither an input nor a "
-                         f"result of {problem.formula}") from None
+    numbers = step_numbers(problem)
+    steps = [fill_step(s, numbers, f"{problem.where} steps[{i}]") for i, s in enumerate(problem.steps)]
+    answer = fmt(numbers["answer"])
     heading = f"### {problem.title}" if number is None else f"### {number}. {problem.title}"
     out = [f'{heading} {{ #{problem.id} }}', "",
            f"*{problem.difficulty} · topic: [{problem.topic.replace('-', ' ')}](topics/{problem.topic}.md)*", "",
@@ -342,7 +547,7 @@ def render_problem(problem: Problem, number: int | None = None) -> str:
     for i, s in enumerate(steps, 1):
         out.append(f"    {i}. {s}")
     out.append("")
-    out.append(f"    **Answer: {values['answer']} {problem.unit}** (stated, rounded: {problem.stated} "
+    out.append(f"    **Answer: {answer} {problem.unit}** (stated, rounded: {problem.stated} "
                f"{problem.unit}; computed by `website/sizing.py` `{problem.formula}` at build time).")
     if problem.note:
         out.append("")

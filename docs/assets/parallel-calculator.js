@@ -404,8 +404,17 @@
     error.hidden = !message;
   }
 
+  // The form's largest number: far above any real model or cluster, and low enough that every result stays
+  // finite (1e308 would print "Infinity ms" and "NaN%"). The smallest is each field's rule in problem().
+  const FORM_MAX = 1e7;
+
   function update(root) {
     const { cfg, gpus } = readForm(root);
+    for (const [field, value] of [["GPUs", gpus], ...Object.entries(cfg)]) {
+      if (typeof value === "number" && value > FORM_MAX) {  // too small: problem() names the field's own rule
+        return show(root, null, `${field} is out of range: enter a value of at most ${FORM_MAX.toLocaleString("en-US")}`);
+      }
+    }
     if (!isWhole(gpus)) return show(root, null, "GPUs must be a whole number >= 1");
     if (!isWhole(cfg.tp) || !isWhole(cfg.pp)) return show(root, null, problem(cfg));
     if (gpus % (cfg.tp * cfg.pp)) {
@@ -440,7 +449,7 @@
         `${Math.round(step.tokens_per_s).toLocaleString("en-US")} tokens/s`,
     };
     for (const [id, text] of Object.entries(values)) {
-      if (/NaN|Infinity/.test(text)) return show(root, null, "these inputs give no finite result");
+      if (/NaN|Infinity/.test(text)) return show(root, null, "out of range: these inputs give no finite result");
     }
     show(root, values, "");
   }

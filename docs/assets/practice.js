@@ -6,7 +6,8 @@
 // Spaced repetition: after revealing, the reader grades the card again / hard / good / easy and it
 // comes back on a schedule (a small SM-2 variant, below: `schedule`). The cards are shown most-due
 // first: cards whose time has come (oldest first), then new cards, then the rest by when they fall
-// due. The schedule and the "known" marks stay in this browser's localStorage; nothing is sent.
+// due. The schedule and the "known" marks stay in this browser's localStorage; nothing is sent. A stored
+// entry of the wrong shape is dropped on load (the valid parts kept): the page starts fresh, never breaks.
 (function () {
   "use strict";
   const KEY = "mm-practice-known";
@@ -56,8 +57,39 @@
     try {
       return JSON.parse(localStorage.getItem(key) || "null") || fallback;
     } catch (e) {
-      return fallback; // a corrupted entry: start over rather than break the page
+      return fallback; // a corrupted entry (or no storage): start over rather than break the page
     }
+  }
+
+  function save(key, value) {
+    try {
+      localStorage.setItem(key, JSON.stringify(value));
+    } catch (e) {
+      // storage full or disabled: the marks last until the page is left
+    }
+  }
+
+  // What is stored may be from an older version, edited by hand or corrupted, even when it is valid JSON
+  // ({"a":1}, 5, [], a string): keep the parts that have the right shape and drop the rest.
+  function loadKnown() {
+    const ids = load(KEY, []);
+    return new Set(Array.isArray(ids) ? ids.filter((id) => typeof id === "string") : []);
+  }
+
+  const isCount = (x) => typeof x === "number" && Number.isFinite(x) && x >= 0;
+
+  function isState(s) {
+    return s !== null && typeof s === "object" && !Array.isArray(s) && isCount(s.ease) && s.ease > 0 &&
+      isCount(s.interval) && isCount(s.reps) && isCount(s.lapses) && isCount(s.due);
+  }
+
+  function loadStates() {
+    const stored = load(SCHEDULE_KEY, {});
+    const states = Object.create(null); // a card id such as "__proto__" stays a plain key
+    if (stored !== null && typeof stored === "object" && !Array.isArray(stored)) {
+      for (const [id, s] of Object.entries(stored)) if (isState(s)) states[id] = s;
+    }
+    return states;
   }
 
   function start() {
@@ -67,8 +99,8 @@
     root.dataset.ready = "1";
     const all = JSON.parse(data.textContent);
     const $ = (id) => document.getElementById(id);
-    const known = new Set(load(KEY, []));
-    const states = load(SCHEDULE_KEY, {});
+    const known = loadKnown();
+    const states = loadStates();
     let order = all.map((_, i) => i);
     let visible = [];
     let pos = 0;
@@ -206,7 +238,7 @@
       if (!visible.length) return;
       const id = all[visible[pos]].id;
       known.has(id) ? known.delete(id) : known.add(id);
-      localStorage.setItem(KEY, JSON.stringify([...known]));
+      save(KEY, [...known]);
       show();
       progress();
     }
@@ -214,7 +246,7 @@
       if (!visible.length) return;
       const id = all[visible[pos]].id;
       states[id] = schedule(states[id], g, now());
-      localStorage.setItem(SCHEDULE_KEY, JSON.stringify(states));
+      save(SCHEDULE_KEY, states);
       pos = 0; // the most-due card next
       filter();
     }

@@ -100,6 +100,17 @@
     return b.toFixed(0) + " B";
   }
 
+  // The largest value each field takes: far above any real model or cluster, and low enough that every
+  // result stays a finite number (1e308 would print "Infinity ms" and "NaN%"). The smallest is the field's
+  // data-min on the page (1 when it has none).
+  const MAX = {
+    layers: 1e4, kv_heads: 1e5, heads: 1e5, head_dim: 1e5, hidden: 1e7, context: 1e9, seq_len: 1e9,
+    block_tokens: 1e9, batch: 1e7, microbatch_size: 1e7, microbatches: 1e7, dp: 1e7, tp: 1e7, pp: 1e7, gpus: 1e7,
+    params: 1e6, gpu_memory_gb: 1e6, memory_gb: 1e6, bandwidth_gbs: 1e7,  // params in billions
+  };
+  const DEFAULT_MAX = 1e7;
+  const shown = (x) => x.toLocaleString("en-US", { maximumFractionDigits: 6 });
+
   function read(form) {
     const values = {};
     let bad = "";
@@ -108,13 +119,25 @@
       if (el.tagName === "SELECT") { values[key] = isNaN(Number(el.value)) ? el.value : Number(el.value); continue; }
       const v = Number(el.value);
       const min = el.dataset.min !== undefined ? Number(el.dataset.min) : 1;
+      const max = MAX[key] ?? DEFAULT_MAX;
       const whole = el.dataset.whole !== undefined;
-      if (el.value.trim() === "" || !isFinite(v) || v < min || (whole && !Number.isInteger(v))) {
-        bad = bad || `${el.dataset.label || key} must be ${whole ? "a whole number" : "a number"} >= ${min}`;
+      const text = el.value.trim();
+      let why = "";
+      if (text === "") why = el.validity && el.validity.badInput ? "not a number it can hold" : "empty";  // 1e400, 1e-400
+      else if (!isFinite(v) || v < min || v > max) why = `${text.slice(0, 24)} is out of range`;
+      else if (whole && !Number.isInteger(v)) why = `${text.slice(0, 24)} is not a whole number`;
+      if (why && !bad) {
+        bad = `${el.dataset.label || key} must be ${whole ? "a whole number" : "a number"} ` +
+          `between ${shown(min)} and ${shown(max)} (${why})`;
       }
       values[key] = v;
     }
     return [values, bad];
+  }
+
+  // The last guard: a result that is not a finite number is shown as the same message, never as NaN or Infinity.
+  function allFinite(result) {
+    return Object.values(result).every((x) => typeof x !== "number" || Number.isFinite(x));
   }
 
   function setOut(root, id, text) {
@@ -128,10 +151,11 @@
     root.dataset.ready = "1";
     const error = root.querySelector(".sc-error");
     const update = () => {
-      const [values, bad] = read(root);
+      let [values, bad] = read(root);
+      if (!bad && compute(root, values) === false) bad = "out of range: these inputs give no finite result";
       error.hidden = !bad;
       error.textContent = bad;
-      compute(root, bad ? null : values);
+      if (bad) compute(root, null);
     };
     root.addEventListener("input", update);
     root.addEventListener("change", update);
@@ -156,6 +180,7 @@
     wire("kv-calculator", (root, v) => {
       if (!v) { for (const k of ["per-token", "total", "allocated", "waste"]) setOut(root, k, "–"); return; }
       const r = kvCache(v);
+      if (!allFinite(r)) return false;
       setOut(root, "per-token", `${fmtBytes(r.bytes_per_token)} (${(r.bytes_per_token / 1024).toFixed(1)} KiB)`);
       setOut(root, "total", fmtBytes(r.bytes));
       setOut(root, "allocated", fmtBytes(r.allocated_bytes));
@@ -166,6 +191,7 @@
       if (!v) { for (const k of keys) setOut(root, k, "–"); setOut(root, "fits", "–"); return; }
       v.params = v.params * 1e9; // the field is in billions
       const r = trainingMemory(v);
+      if (!allFinite(r)) return false;
       setOut(root, "weights", fmtBytes(r.weights_bytes));
       setOut(root, "grads", fmtBytes(r.grads_bytes));
       setOut(root, "optimizer", fmtBytes(r.optimizer_bytes));
@@ -178,6 +204,7 @@
       if (!v) { for (const k of keys) setOut(root, k, "–"); return; }
       v.params = v.params * 1e9;
       const r = serving(v);
+      if (!allFinite(r)) return false;
       setOut(root, "weights", fmtBytes(r.weights_bytes));
       setOut(root, "kv-seq", fmtBytes(r.kv_bytes_per_sequence));
       setOut(root, "step", `${(r.step_s * 1e3).toFixed(2)} ms`);
