@@ -76,7 +76,7 @@ def on_files(files, config):
 @event_priority(100)  # before the tags plugin reads page.meta
 def on_page_markdown(markdown, page, config, files):
     src_uri = page.file.src_uri
-    stray = markers.strays(markdown, src_uri)  # a typo'd marker would show as literal braces
+    stray = markers.strays(markdown, src_uri) if src_uri.endswith(".md") else []  # a typo'd marker shows as braces
     if stray:
         raise PluginError(stray[0])
     if src_uri.startswith("topics/") and page.meta.get("difficulty"):
