@@ -1,11 +1,10 @@
 """One GPU window -> checked records: `python -m scripts.gpu_campaign --out DIR [--budget-min N] [--commit SHA]`.
 
 What a lent GPU machine runs (docs/contributing.md, "GPU records"): a preflight (a missing required package stops it
-within seconds), then at full size every demo of the GPU set (records/gpu_set.toml) with no fresh GPU record, the
-headline demos first in their declared order, then the shorter first, each in its own process group under a hard
-limit; the archives and the summary under DIR are rewritten after every demo. No demo starts unless 1.5x its
-estimate is left of the budget; staged records count as done (the same call again resumes). `--plan [CLASS]
-[--budget-min N] [--calls K]` prints the plan instead, no GPU needed: each demo's time and the call it falls in.
+within seconds), then at full size every demo of the GPU set (records/gpu_set.toml) with no fresh GPU record, headline
+first in declared order, then the shorter first, each in its own process group under a hard limit; the archives and
+the summary under DIR are rewritten after every demo. No demo starts unless 1.5x its estimate is left of the budget;
+staged records count as done (a rerun resumes). `--plan [CLASS] [--budget-min N] [--calls K]` prints the plan, no GPU.
 """
 
 from __future__ import annotations
@@ -192,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", help=f"the commit being measured (default: ${COMMIT_ENV}, else git)")
     parser.add_argument("--only", default="", help="comma-separated demo names (default: every demo)")
     parser.add_argument("--force", action="store_true", help="run even demos whose record is fresh")
-    parser.add_argument("--demo-limit-s", type=float, help="a fixed hard limit per demo, in seconds")
+    parser.add_argument("--demo-limit-s", type=regen.seconds, help="a fixed hard limit per demo, in seconds")
     for name, default in (("--device", "cuda"), ("--size", "full"), ("--demos-dir", DEMOS_DIR),
                           ("--staging", STAGING), ("--published-dir", RESULTS_DIR)):  # for tests: CPU, stand-ins
         parser.add_argument(name, default=default, type=type(default), help=argparse.SUPPRESS)
@@ -204,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan is None and not re.fullmatch(r"[0-9a-f]{4,64}", commit or ""):
         fail(f"--commit {commit or '(none)'}: expected a commit hash (4 to 64 lower-case hex digits, as `git rev-parse "
              f"HEAD` prints), from --commit or ${COMMIT_ENV}: the GPU machine's copy has no .git")
-    if not (0 < args.budget_min <= 60 and 1 <= args.calls <= 20):
+    if not (0 < args.budget_min <= 60 and 1 <= args.calls <= 20):  # nan fails every comparison: refused too
         fail(f"--budget-min {args.budget_min:g} / --calls {args.calls}: expected 0 < minutes <= 60 and 1 to 20 calls")
     try:
         demos = catalog.discover(args.demos_dir.absolute())
@@ -284,12 +283,13 @@ def main(argv: list[str] | None = None) -> int:
                         row.status, row.reason = "refused by the gate", problems[0]  # gpu_unpack will refuse it too
                     print(f"gpu_campaign: {row.demo}: {row.status} in {outcome.seconds:.0f} s", flush=True)
                 write_outputs(campaign, results_dir, log_dir)
-    except (KeyboardInterrupt, SystemExit):  # stopped from outside (the call's time limit): say so, keep what finished
+    except (KeyboardInterrupt, SystemExit) as stop:  # stopped from outside (Ctrl-C, the time limit): keep what ran
         for row in (r for r in todo if not r.status):  # the demo that was running, then those not reached
             row.status = "interrupted" if row is current else "not started (interrupted)"
             row.reason = "the campaign was stopped " + ("while this demo ran" if row is current else "first")
         write_outputs(campaign, results_dir, log_dir)
-        raise
+        print(f"gpu_campaign: interrupted; the records that finished are kept and packed under {out}", file=sys.stderr)
+        raise SystemExit(130 if isinstance(stop, KeyboardInterrupt) else stop.code) from None  # one line, no traceback
     write_outputs(campaign, results_dir, log_dir)
     print(summary_markdown(campaign, [r.demo for r in todo if r.status.startswith("not started")]))
     print(f"gpu_campaign: done in {time.perf_counter() - wall_start:.0f} s; files under {out}", flush=True)

@@ -5,12 +5,15 @@ shows progress, and ends with a summary table (demo, device, status, wall time).
 reported with its last error line and the others still run; the exit code is then 1. A demo writes
 its record only when it finished, atomically, so a failure leaves the previous record untouched.
 
-- ``--timeout`` is a hard wall-clock limit per demo: it fires whether or not the demo prints, and
-  kills the demo's whole process group (its workers and compilers too).
+- ``--timeout`` is a hard wall-clock limit per demo (finite, above 0): it fires whether or not the demo
+  prints, and kills the demo's whole process group (its workers and compilers too) and every process it
+  started that left the group (``setsid()``), found below regen in /proc.
 - One regeneration of a demo on a device class at a time: a lock per demo and class
   (.cache/regen/locks/), so a second regen of the same demo fails at once with one line instead of
   racing the first for the machine and the record.
-- SIGTERM or SIGINT to regen kills the running demo's process group before regen exits: no orphan.
+- SIGTERM or SIGINT to regen kills the running demo's process group before regen exits: no orphan. Regen
+  then says in one line what was interrupted (records already written are kept) and exits 130 (Ctrl-C)
+  or 143 (SIGTERM).
 - ``--results-dir`` is read relative to the directory regen was started from.
 - Each run's full output goes to its own log, .cache/regen/<demo>-<device>-<UTC time>-<pid>.log
   (the newest few per demo and device are kept).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import math
 import os
 import queue
 import signal
@@ -37,7 +41,7 @@ from rich.table import Table
 from rich.text import Text
 
 
-from demos.harness.cli import DEVICES, SIZE_PRESETS
+from demos.harness.cli import DEVICES, SIZE_PRESETS, results_dir_option
 from records.errors import OneLineParser, fail
 from records.paths import CACHE_DIR, DEMOS_DIR, REPO_ROOT, RESULTS_DIR, shown
 from records import catalog
@@ -80,28 +84,89 @@ def is_stale(demo: catalog.Demo, device_class: str, results_dir: Path) -> bool:
 
 # -- one demo, one process group, one hard deadline ------------------------------------------------
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill the process group the child leads (start_new_session=True makes its pgid its pid)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+def _prctl():
+    """Linux's prctl, or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 
 
 def _die_with_parent():
     """For Popen's preexec_fn: the demo gets SIGKILL when regen itself dies, even by SIGKILL (Linux's
     PR_SET_PDEATHSIG), so a regen killed without a chance to clean up leaves no demo holding the machine."""
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
+    if _PRCTL is None:
         return None
-    pr_set_pdeathsig = 1
-    return lambda: prctl(pr_set_pdeathsig, signal.SIGKILL)
+    return lambda: _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-_PREEXEC = _die_with_parent() if sys.platform.startswith("linux") else None
+_PREEXEC = _die_with_parent()
+
+
+def adopt_orphans() -> None:
+    """Make this process a child subreaper (Linux's PR_SET_CHILD_SUBREAPER): a process below it whose parent
+    dies, such as a worker that left the demo's group with setsid() and outlived the demo, is re-parented
+    here instead of to init, so it stays in reach of kill_everything."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def descendants(pid: int, spared: set[int] = frozenset()) -> set[int]:
+    """Every process below pid, from the parent links in /proc (an empty set where there is no /proc), but for
+    the ``spared`` ones and everything below them."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a process that ended while we read
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found and child not in spared:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def kill_everything(proc: subprocess.Popen, spared: set[int]) -> None:
+    """Kill the demo and all it started: its process group (start_new_session=True makes its pgid its pid), and
+    every process below this one that was not there before the demo started (``spared``, and what runs below
+    them): that catches a worker that left the group with setsid(), below the demo while the demo lives and
+    re-parented here (adopt_orphans) once it is gone. One command runs at a time per process (regen, the
+    campaign and the tests all run demos one after another), so whatever else appeared here is the demo's.
+    A few rounds, for a process that forks while the previous round kills."""
+    me = os.getpid()
+    for _ in range(3):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        strays = descendants(me, spared) - {proc.pid}
+        for pid in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in strays:  # an adopted orphan is our child now: reap it, or it stays a zombie
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+        if not strays:
+            break
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def seconds(text: str) -> float:
+    """The argparse type of a deadline option (regen's --timeout, the campaign's --demo-limit-s): a finite number
+    of seconds above 0. nan would never fire, and 0 or less would fire at once."""
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text}: expected a finite number of seconds above 0")
+    return value
 
 
 @dataclass
@@ -118,7 +183,12 @@ def run_with_deadline(command: list[str], log_path: Path, timeout: float, env: d
 
     A reader thread moves the output into a queue, so the deadline is kept by this thread whether or not
     the command prints anything. An exception here (KeyboardInterrupt, or SystemExit from SIGTERM, see
-    ``signals_raise``) kills the group before it propagates."""
+    ``signals_raise``) kills the group before it propagates. Whatever the command started is killed when it
+    ends, however it ends (kill_everything)."""
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout {timeout!r}: expected a finite number of seconds above 0")  # nan never fires
+    adopt_orphans()
+    spared = descendants(os.getpid())  # what ran below this process before the command: not the command's
     started = time.perf_counter()
     deadline = started + timeout
     lines: queue.Queue = queue.Queue()
@@ -140,12 +210,14 @@ def run_with_deadline(command: list[str], log_path: Path, timeout: float, env: d
             while True:
                 left = deadline - time.perf_counter()
                 if left <= 0:
-                    kill_group(proc)
+                    kill_everything(proc, spared)
                     timed_out = True
                     break
                 try:
                     line = lines.get(timeout=min(left, 0.5))
                 except queue.Empty:
+                    if proc.poll() is not None:  # it ended, but a worker it left holds the output open: kill it
+                        kill_everything(proc, spared)
                     continue
                 if line is None:
                     break
@@ -160,9 +232,9 @@ def run_with_deadline(command: list[str], log_path: Path, timeout: float, env: d
                 last_lines.append(f"timed out after {timeout:.0f} s (its process group was killed)")
                 log.write(last_lines[-1] + "\n")
             proc.wait()
-            kill_group(proc)  # a worker the demo forked must not outlive it, even when the demo ended well
+            kill_everything(proc, spared)  # a worker the demo forked must not outlive it, even when it ended well
         except BaseException:
-            kill_group(proc)
+            kill_everything(proc, spared)
             proc.wait()
             raise
         finally:
@@ -293,15 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stale", action="store_true", help="only demos whose record is missing or stale")
     parser.add_argument("--device", default="cpu", help="cpu (default) | cuda | auto")
     parser.add_argument("--size", default=None, help="tiny | small | full (default: the device's)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per demo (a hard limit)")
+    parser.add_argument("--results-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--timeout", type=seconds, default=900.0, help="seconds per demo (a hard limit)")
     parser.add_argument("--demos-dir", type=Path, default=DEMOS_DIR, help=argparse.SUPPRESS)  # tests: fake demos
     args = parser.parse_args(argv)
-    args.results_dir = args.results_dir.absolute()  # relative to where regen was started, not the repository
     if args.device not in DEVICES:
         fail(f"unknown device {args.device!r}: choose one of {', '.join(DEVICES)}")
     if args.size is not None and args.size not in SIZE_PRESETS:
         fail(f"unknown size {args.size!r}: choose one of {', '.join(SIZE_PRESETS)}")
+    # the demos' own rule (not empty, no tiny run into docs/results, writable), checked before any demo runs;
+    # relative to where regen was started, not the repository
+    args.results_dir = results_dir_option(args.results_dir, args.size)
     try:
         demos = catalog.discover(args.demos_dir.absolute())
     except ValueError as e:
@@ -329,28 +403,40 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"regen: {len(chosen)} demo(s) on {args.device} ({device_class}): {', '.join(d.name for d in chosen)}"
                   + (f" (of which {', '.join(sorted(readers))} only if what they read changes)" if readers else ""))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    outcomes = []
-    with signals_raise():
-        for i, demo in enumerate(chosen, 1):
-            if demo.name in readers and not is_stale(demo, device_class, args.results_dir):
-                console.print(f"[{i}/{len(chosen)}] {demo.name}: fresh (what it reads did not change)")
-                continue
-            console.print(f"[{i}/{len(chosen)}] {demo.name} ({demo.module})")
-            outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env,
-                               device_class=device_class)
-            if not outcome.ok and outcome.status == "failed" and "machine busy:" in outcome.detail:
-                # The harness refused an unstable measurement (demos/harness/timing.py) and wrote nothing. A shared
-                # machine's load comes and goes over minutes: measure once more after a pause, never keep the noise.
-                console.print(f"[{i}/{len(chosen)}] {demo.name}: machine busy; measuring once more in {BUSY_RETRY_S} s")
-                time.sleep(BUSY_RETRY_S)
+    outcomes: list[Outcome] = []
+    running = None  # the demo being regenerated, for the line an interruption prints
+    try:
+        with signals_raise():
+            for i, demo in enumerate(chosen, 1):
+                if demo.name in readers and not is_stale(demo, device_class, args.results_dir):
+                    console.print(f"[{i}/{len(chosen)}] {demo.name}: fresh (what it reads did not change)")
+                    continue
+                running = demo.name
+                console.print(f"[{i}/{len(chosen)}] {demo.name} ({demo.module})")
                 outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env,
                                    device_class=device_class)
-            if outcome.status == "busy":
-                console.print(f"error: {outcome.detail}", markup=False, highlight=False)
-            else:
-                console.print(f"[{i}/{len(chosen)}] {demo.name}: {'ok' if outcome.ok else 'FAILED'} "
-                              f"in {outcome.seconds:.1f} s")
-            outcomes.append(outcome)
+                if not outcome.ok and outcome.status == "failed" and "machine busy:" in outcome.detail:
+                    # The harness refused an unstable measurement (demos/harness/timing.py) and wrote nothing. A shared
+                    # machine's load comes and goes over minutes: measure once more after a pause, never keep the noise.
+                    console.print(f"[{i}/{len(chosen)}] {demo.name}: machine busy; "
+                                  f"measuring once more in {BUSY_RETRY_S} s")
+                    time.sleep(BUSY_RETRY_S)
+                    outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env,
+                                       device_class=device_class)
+                if outcome.status == "busy":
+                    console.print(f"error: {outcome.detail}", markup=False, highlight=False)
+                else:
+                    console.print(f"[{i}/{len(chosen)}] {demo.name}: {'ok' if outcome.ok else 'FAILED'} "
+                                  f"in {outcome.seconds:.1f} s")
+                outcomes.append(outcome)
+                running = None
+    except (KeyboardInterrupt, SystemExit) as e:
+        if isinstance(e, SystemExit) and e.code != 128 + signal.SIGTERM:
+            raise
+        # Ctrl-C or SIGTERM: the running demo's group is already killed (run_with_deadline). One line, no traceback.
+        print(interrupted_line("Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM", running,
+                               sum(o.ok for o in outcomes)), file=sys.stderr)
+        return 130 if isinstance(e, KeyboardInterrupt) else e.code
     console.print(summary_table(outcomes))
     failed = [o for o in outcomes if not o.ok]
     if failed:
@@ -359,5 +445,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def interrupted_line(how: str, running: str | None, written: int) -> str:
+    """What an interrupted regen says: what it stopped, and that nothing already measured is lost."""
+    return (f"regen: interrupted ({how})" + (f" while {running} ran" if running else "")
+            + f"; the {written} record(s) already written are kept"
+            + (f", and {running}'s previous record is untouched" if running else ""))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before any demo ran (while reading the catalog, importing torch)
+        print(interrupted_line("Ctrl-C", None, 0), file=sys.stderr)
+        sys.exit(130)

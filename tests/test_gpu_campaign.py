@@ -469,3 +469,21 @@ def test_the_documented_window_is_one_command_that_leaves_the_gpu_kind_to_whatev
     assert ".cache/wheels" in calls[0] and "nvidia-h100" not in guide
     script = (REPO / "scripts" / "gpu_window.sh").read_text(encoding="utf-8")
     assert "scripts.gpu_campaign --out" in script and ".cache/wheels" in script
+
+
+def test_ctrl_c_in_a_campaign_is_one_line_and_keeps_what_finished(tmp_path, monkeypatch, capsys):
+    _stand_ins(tmp_path, monkeypatch, {"first": 1, "second": 2}, {"first": "", "second": ""})
+    real_run_demo = gpu_campaign.regen.run_demo
+
+    def ctrl_c_at_second(demo, *args, **kwargs):
+        if demo.name == "second":
+            raise KeyboardInterrupt
+        return real_run_demo(demo, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_campaign.regen, "run_demo", ctrl_c_at_second)
+    with pytest.raises(SystemExit) as stop:  # SystemExit(130): Python prints no traceback for it
+        _campaign(tmp_path)
+    assert stop.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("gpu_campaign: interrupted; the records that finished are kept")
+    assert _summary(tmp_path)["first"]["status"] == "ok"

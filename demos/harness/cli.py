@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from records.errors import OneLineParser, fail
-from records.paths import RESULTS_DIR
+from records.paths import RESULTS_DIR, shown
 
 DEVICES = ("auto", "cpu", "cuda")
 SIZE_PRESETS = ("tiny", "small", "full")  # a demo maps each preset to its own problem sizes
@@ -28,17 +30,57 @@ def _in_notebook_kernel() -> bool:
     return "ipykernel" in sys.modules
 
 
+def _one_line(text: str) -> str:
+    """A user's text inside an error line: as typed, or escaped when it holds a newline or control character."""
+    return text if text.isprintable() else ascii(text)
+
+
 def writable_dir(path: Path) -> str | None:
-    """Why records cannot be written under path, or None when they can (it may not exist yet)."""
+    """Why records cannot be written under path, or None when they can (it may not exist yet).
+
+    It is tried, not asked: the missing folders are made, a temporary file is written in the last one,
+    and all of it is removed again. os.access says yes to root everywhere, and a special or read-only
+    file system can refuse a write that the permissions allow; either would only show after the run."""
     path = Path(path).absolute()
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is a file, not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} is not writable"
+    made: list[Path] = []
+    try:
+        missing, existing = [], path
+        while not existing.exists():
+            missing.append(existing)
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{_one_line(str(existing))} is a file, not a folder"
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", suffix=".tmp", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{_one_line(str(e.filename or path))} cannot be written ({e.strerror or e})"
+    finally:
+        for folder in reversed(made):  # leave no trace of the trial: only the folders it made, if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
     return None
+
+
+def results_dir_option(raw: str, size: str | None, demo: str | None = None) -> Path:
+    """--results-dir, checked before any work (one line, exit 2): not empty (that would be the current
+    folder), not docs/results for a tiny run (a smoke run is never published, and it would replace the
+    record there), and writable where the record goes (<folder>/<demo>/, tried). Regen checks its own
+    --results-dir here too, without a demo."""
+    if not raw.strip():
+        fail("--results-dir is empty: name the folder the records go to (docs/results is the default)")
+    path = Path(raw).absolute()
+    published = RESULTS_DIR.resolve()
+    if size == "tiny" and (path.resolve() == published or published in path.resolve().parents):
+        fail(f"--size tiny is a smoke run, never published: it may not write into {shown(RESULTS_DIR)} (where it "
+             "would replace the published record); pass --results-dir with a scratch folder")
+    problem = writable_dir(path / demo if demo else path)
+    if problem:
+        fail(f"--results-dir {_one_line(raw)}: {problem}")
+    return path
 
 
 def parse_options(prog: str, argv: list[str] | None = None) -> Options:
@@ -48,7 +90,7 @@ def parse_options(prog: str, argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--size", default=None, help="tiny (tests) | small (CPU default) | full (GPU default, fills the chip)"
     )
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where records are written")
+    parser.add_argument("--results-dir", default=str(RESULTS_DIR), help="where records are written")
     parser.add_argument("--seed", type=int, default=0, help=f"0..{MAX_SEED}")
     args_in = sys.argv[1:] if argv is None else argv
     if argv is None and _in_notebook_kernel():
@@ -61,7 +103,5 @@ def parse_options(prog: str, argv: list[str] | None = None) -> Options:
         fail(f"unknown size {args.size!r}: choose one of {', '.join(SIZE_PRESETS)}")
     if not 0 <= args.seed <= MAX_SEED:
         fail(f"--seed {args.seed} is out of range: choose 0..{MAX_SEED}")
-    problem = writable_dir(args.results_dir)
-    if problem:
-        fail(f"--results-dir {args.results_dir}: {problem}")
-    return Options(device=args.device, size=args.size, results_dir=args.results_dir.absolute(), seed=args.seed)
+    results_dir = results_dir_option(args.results_dir, args.size, demo=prog)
+    return Options(device=args.device, size=args.size, results_dir=results_dir, seed=args.seed)

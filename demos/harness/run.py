@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from records import record
+from records import record, units
 from demos.harness import ceilings, device as devices, provenance, threads
 from demos.harness.cli import parse_options
 from records.digest import source_digest
@@ -66,6 +66,12 @@ class Run:
         self.options = parse_options(demo, argv)
         _jax_takes_memory_as_needed()
         self.device = devices.resolve(self.options.device)
+        # The record's path is known once the device class is: refuse one that cannot become a file now (the
+        # options already tried writing in its folder), not after the run.
+        self.record_path = record.record_path(self.options.results_dir, demo, self.device.device_class)
+        if self.record_path.exists() and not self.record_path.is_file():
+            fail(f"{shown(self.record_path)} is not a file (a folder?): the record cannot be written there; "
+                 "nothing was measured")
         devices.use_triton_interpreter_on_cpu(self.device)
         self.host_allocator = devices.keep_freed_host_memory() if self.device.kind == "cpu" else None
         self.size = self.options.size or DEFAULT_SIZE[self.device.kind]
@@ -199,13 +205,18 @@ class Run:
     # bounds it by the datasheet's host_link_gbps, not by HBM), "cache".
     def metric(self, name: str, value: float, unit: str, label: str | None = None,
                ceiling: str | None = None, dtype: str | None = None, kind: str | None = None,
-               cache_resident: bool = False) -> None:
+               cache_resident: bool = False, signed: bool = False) -> None:
         """A named measured value. With ``ceiling``, its fraction of that same-run ceiling is stored too.
 
         Rates say what bounds them, so the check can compare them with the right datasheet peak: a
         FLOP rate its ``dtype`` (taken from a matmul ceiling when one is named), a byte rate its
         ``kind`` ("memory", the default; "link" for a network or PCIe; "cache"), and a measurement
-        whose working set fits in a cache says ``cache_resident=True`` (it may beat the memory ceiling)."""
+        whose working set fits in a cache says ``cache_resident=True`` (it may beat the memory ceiling). A time
+        that may fall below zero (a fitted slope, a difference) says ``signed=True``; the unit is one of
+        records/units.py's, checked here so a new demo learns it before its run, not at its save."""
+        why = units.problem(unit)
+        if why:
+            raise ValueError(f"metric {name}: {why}")
         entry = {"value": float(value), "unit": unit}
         if label:
             entry["label"] = label
@@ -221,6 +232,8 @@ class Run:
             entry["kind"] = kind
         if cache_resident:
             entry["cache_resident"] = True
+        if signed:
+            entry["signed"] = True
         self.metrics[name] = entry
 
     def table(self, name: str, title: str, columns: list[str], rows: list[list]) -> None:
@@ -356,7 +369,7 @@ class Run:
         if self.demo_file is None:
             self.log("not run as a script (no demo file): results are shown above, no record written")
             return None
-        path = record.record_path(self.options.results_dir, self.demo, self.device.device_class)
+        path = self.record_path  # checked in __init__, before the run
         rec = self.to_record()
         record.write(path, rec)
         self.log(f"wrote {shown(path)} in {time.perf_counter() - self.started:.1f} s")
