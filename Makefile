@@ -73,8 +73,8 @@ gpu-plan:  ## the GPU campaign's plan, no GPU needed: make gpu-plan [BUDGET=9] [
 check:  ## the fast gate: freshness, claims, plausibility, page structure (runs no demo)
 	@$(if $(wildcard $(PY)),$(PY),python3) -m scripts.check
 
-exercise: setup  ## grade a coding exercise: make exercise NAME=layer_norm [SOLUTION=path] (no NAME: the list)
-	$(PY) -m exercises $(NAME) $(if $(SOLUTION),--solution $(SOLUTION)) --device $(if $(filter command line environment,$(origin DEVICE)),$(DEVICE),auto)
+exercise: setup  ## grade a coding exercise: make exercise NAME=layer_norm [SOLUTION=path] [SEED=n] (no NAME: the list)
+	$(PY) -m exercises $(NAME) $(if $(SOLUTION),--solution $(SOLUTION)) $(if $(SEED),--seed $(SEED)) --device $(if $(filter command line environment,$(origin DEVICE)),$(DEVICE),auto)
 
 clean:  ## remove build output and caches (keeps .venv)
 	rm -rf site .cache .pytest_cache artifacts

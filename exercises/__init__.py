@@ -7,7 +7,9 @@ Each exercise is a folder ``exercises/<name>/`` holding
 - ``wrong.py``     deliberately wrong one-bug variants of the solution (edits, old -> new), and
 - ``wrong_*.py``   deliberately wrong attempts that are whole other implementations: the project's tests
                    check the grader fails each one of both kinds;
-- ``grader.py``    TITLE, TOPIC (the topic page it belongs to), SUMMARY and ``grade(module, grader)``.
+- ``grader.py``    TITLE, TOPIC (the topic page it belongs to), SUMMARY, ``grade(path, g)`` (the inputs and the
+                   verdicts) and ``outputs(mod, job, device)``, which runs in the attempt's own process
+                   (``_isolate.py``); a distributed one has ``rank_outputs`` and ``judge`` instead (``_dist.py``).
 
 Copy the starter to ``attempt.py`` in the same folder (git ignores it), implement it, and run the grader.
 """

@@ -1,7 +1,10 @@
 """What every grader shares: loading a solution file, checks with plain-words reasons, speed ratios.
 
-A grader calls ``g.run(name, fn)``: ``fn`` returns ``(passed, why)``; an exception inside it is a FAIL
-that names the exception (NotImplementedError reads "not implemented yet").
+A grader chooses the inputs, has the solution compute its outputs in a separate process
+(``exercises._isolate.run_solution``: the grading process never imports the solution), and judges them
+here: it calls ``g.run(name, fn)``, where ``fn`` returns ``(passed, why)``; an exception inside it is a FAIL
+that names the exception (NotImplementedError reads "not implemented yet"), and so is one the solution
+raised in its own process (``value`` turns it back into ``SolutionRaised``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,19 @@ from types import ModuleType
 from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# How long a solution's process may run (the torch import included) before it is stopped: generous for an
+# honest but slow attempt on a 2-core CPU, where every reference solution takes under 10 s. A grader may set
+# its own TIME_LIMIT_S; ``python -m exercises --time-limit`` overrides both.
+TIME_LIMIT_S = 60.0
+
+
+class SolutionStopped(Exception):
+    """The solution's process ended without returning every output (it exited, crashed, or ran past the time
+    limit): nothing can be graded. The message is one line; the command prints it as ``stopped: ...``."""
+
+
+class SolutionRaised(Exception):
+    """An exception the solution raised in its own process, already described in plain words there."""
 
 
 def shown(path: Path) -> str:
@@ -43,17 +59,38 @@ def load_solution(path: Path | str) -> ModuleType:
     return module
 
 
+def where(exc: BaseException) -> str:
+    """" at <solution file>:<line>" for the innermost frame of the solution that raised exc, or ""."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "exercises" in frame.filename and not any(k in frame.filename
+                                                     for k in ("grader", "_grading", "_dist", "_isolate")):
+            return f" at {shown(Path(frame.filename))}:{frame.lineno}"
+    return ""
+
+
 def describe(exc: BaseException) -> str:
     """An exception in plain words, with the line of the solution file it came from when there is one."""
+    if isinstance(exc, SolutionRaised):  # described in the solution's process already
+        return str(exc)
     if isinstance(exc, NotImplementedError):
         return "not implemented yet (the function still raises NotImplementedError)"
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if "exercises" in frame.filename and not any(k in frame.filename for k in ("grader", "_grading", "_dist")):
-            where = f" at {shown(Path(frame.filename))}:{frame.lineno}"
-            break
     text = str(exc).strip().splitlines()
-    return f"raised {type(exc).__name__}{where}: {text[0][:200] if text else ''}"
+    return f"raised {type(exc).__name__}{where(exc)}: {text[0][:200] if text else ''}"
+
+
+def value(result: dict):
+    """What the solution returned for one job (an entry of ``run_solution``'s list), or SolutionRaised."""
+    if "raised" in result:
+        raise SolutionRaised(result["raised"])
+    return result["value"]
+
+
+def kind(x) -> str:
+    """The type of a returned object by name: what came back (``portable`` in the solution's process turns an
+    object that cannot travel into the string "<its type>")."""
+    if isinstance(x, str) and x.startswith("<") and x.endswith(">"):
+        return x[1:-1]
+    return type(x).__name__
 
 
 @dataclass
@@ -73,6 +110,8 @@ class Grader:
     rows: list[Row] = field(default_factory=list)
     echo: bool = True
     fail_fast: bool = False
+    seed: int = 0  # added to each grader's seeds: the command draws a fresh one per grade, the tests keep 0
+    time_limit_s: float = TIME_LIMIT_S  # for the solution's process (see TIME_LIMIT_S)
 
     def add(self, status: str, name: str, why: str) -> None:
         self.rows.append(Row(status, name, why))
@@ -115,7 +154,7 @@ def close(actual, expected, *, atol: float, rtol: float = 0.0, what: str = "outp
     import torch
 
     if not isinstance(actual, torch.Tensor):
-        return False, f"{what} is a {type(actual).__name__}, expected a tensor"
+        return False, f"{what} is a {kind(actual)}, expected a tensor"
     if tuple(actual.shape) != tuple(expected.shape):
         return False, f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     if actual.dtype != expected.dtype:
@@ -179,10 +218,17 @@ def speed_ratio(attempt: Callable[[], object], baseline: Callable[[], object], d
     return ta / tb, ta, tb
 
 
-def speed_check(g: Grader, name: str, attempt, baseline, baseline_name: str, limit: float) -> bool:
-    def fn():
-        ratio, ta, tb = speed_ratio(attempt, baseline, g.device, limit)
-        verdict = "within" if ratio <= limit else "over"
-        return ratio <= limit, (f"{ta * 1e3:.3g} ms vs {tb * 1e3:.3g} ms for {baseline_name}: {ratio:.2f}x, "
-                                f"{verdict} the {limit:g}x limit")
-    return g.run(name, fn)
+def speed_outputs(attempt: Callable[[], object], baseline: Callable[[], object], device: str,
+                  limit: float) -> dict:
+    """In the solution's process: the attempt's and the baseline's times (seconds), for ``speed_verdict``."""
+    _, ta, tb = speed_ratio(attempt, baseline, device, limit)
+    return {"attempt_s": ta, "baseline_s": tb}
+
+
+def speed_verdict(times: dict, baseline_name: str, limit: float) -> tuple[bool, str]:
+    """In the grading process: the ratio of the times the solution's process measured, against the limit."""
+    ta, tb = float(times["attempt_s"]), float(times["baseline_s"])
+    ratio = ta / tb
+    verdict = "within" if ratio <= limit else "over"
+    return ratio <= limit, (f"{ta * 1e3:.3g} ms vs {tb * 1e3:.3g} ms for {baseline_name}: {ratio:.2f}x, "
+                            f"{verdict} the {limit:g}x limit")

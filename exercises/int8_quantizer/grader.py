@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# bound here, at import: in the solution's process nothing under exercises/ can be imported later (_isolate.seal)
+from exercises._grading import describe, load_solution, speed_outputs, speed_verdict, value
+from exercises._isolate import run_solution
+
 TITLE = "Per-channel INT8 quantizer"
 TOPIC = "compression"
 SUMMARY = "Symmetric per-channel INT8: scales, the [-127, 127] range, round-to-nearest error bound, zero channels, NaN refused."
@@ -11,18 +15,19 @@ SPEED_LIMIT = 10.0  # at most 10x the reference solution on the same weight
 def grade(path, g) -> None:
     import torch
 
-    from exercises._grading import load_solution, speed_check
+    from exercises import folder
 
-    mod = load_solution(path)
     dev = g.device
-    gen = torch.Generator().manual_seed(5)
+    gen = torch.Generator().manual_seed(5 + g.seed)
 
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to(dev)
 
-    def quant_case(w, axis=0):
-        def fn():
-            q, scale = mod.quantize_per_channel(w, axis)
+    checks = []  # (check, inputs, judge): the solution sees the inputs only in its own process
+
+    def quant_case(name, w, axis=0):
+        def judge(result):
+            q, scale = result["q"], result["scale"]
             ax = axis % w.ndim
             C = w.shape[ax]
             if q.dtype != torch.int8 or tuple(q.shape) != tuple(w.shape):
@@ -39,7 +44,7 @@ def grade(path, g) -> None:
             if not torch.allclose(scale, want, rtol=1e-6, atol=0):
                 c = int(((scale - want).abs() / want).argmax())
                 return False, f"channel {c} has scale {float(scale[c]):.6g}, expected max|w|/127 = {float(want[c]):.6g}"
-            deq = mod.dequantize_per_channel(q, scale, axis)
+            deq = value(result["deq"])  # dequantize's result, or what it raised
             if deq.dtype != torch.float32 or tuple(deq.shape) != tuple(w.shape):
                 return False, f"dequantize gave {deq.dtype} {tuple(deq.shape)}, expected torch.float32 {tuple(w.shape)}"
             if not w.numel():
@@ -60,44 +65,63 @@ def grade(path, g) -> None:
                                f"scale/2 = {float(want[c]) / 2:.3g} (round to nearest)")
             worst = float((err / bound).max())
             return True, f"codes in range, scales max|w|/127, error <= {worst:.2f} x scale/2"
-        return fn
+        checks.append((name, {"kind": "quantize", "w": w, "axis": axis}, judge))
 
-    g.run("random 64x48 weight, axis 0 (one scale per output row)", quant_case(rand(64, 48)))
-    g.run("axis 1 (one scale per column)", quant_case(rand(16, 40), axis=1))
-    g.run("a 4-D conv weight 8x3x3x3, axis 0 (scale over each filter's 27 values)", quant_case(rand(8, 3, 3, 3)))
-    g.run("a 1-D tensor (each element its own channel)", quant_case(rand(9)))
+    quant_case("random 64x48 weight, axis 0 (one scale per output row)", rand(64, 48))
+    quant_case("axis 1 (one scale per column)", rand(16, 40), axis=1)
+    quant_case("a 4-D conv weight 8x3x3x3, axis 0 (scale over each filter's 27 values)", rand(8, 3, 3, 3))
+    quant_case("a 1-D tensor (each element its own channel)", rand(9))
     zero = rand(6, 10)
     zero[2] = 0.0
-    g.run("an all-zero channel: scale 1, codes 0, no NaN", quant_case(zero))
+    quant_case("an all-zero channel: scale 1, codes 0, no NaN", zero)
     outlier = rand(8, 32)
     outlier[0, 5] = 1e4
-    g.run("an outlier (1e4) in channel 0 must not coarsen the other channels", quant_case(outlier))
-    g.run("a channel whose largest magnitude is negative maps it to -127, not -128",
-          quant_case(torch.tensor([[-1.0, 0.5, 0.25], [0.3, -0.9, 0.6]], device=dev)))
+    quant_case("an outlier (1e4) in channel 0 must not coarsen the other channels", outlier)
+    quant_case("a channel whose largest magnitude is negative maps it to -127, not -128",
+               torch.tensor([[-1.0, 0.5, 0.25], [0.3, -0.9, 0.6]], device=dev))
     steps = torch.tensor([[0.0, 0.5, 1.49, 2.51, 127.0], [-3.5, -126.6, 1.5, 0.2, -127.0]], device=dev)
-    g.run("values near half steps (round to nearest, not toward zero)", quant_case(steps))
-    g.run("bfloat16 input (scales and codes from its float32 value)", quant_case(rand(12, 20).bfloat16()))
-    g.run("an empty weight 0x8", quant_case(rand(0, 8)))
+    quant_case("values near half steps (round to nearest, not toward zero)", steps)
+    quant_case("bfloat16 input (scales and codes from its float32 value)", rand(12, 20).bfloat16())
+    quant_case("an empty weight 0x8", rand(0, 8))
 
-    def refuses(bad):
-        def fn():
-            try:
-                mod.quantize_per_channel(bad, 0)
-            except ValueError:
-                return True, "raised ValueError"
-            return False, "quantized a tensor holding NaN or inf without raising ValueError"
-        return fn
+    def refuses(name, bad):
+        checks.append((name, {"kind": "refuse", "w": bad},
+                       lambda refused: (True, "raised ValueError") if refused is True else
+                       (False, "quantized a tensor holding NaN or inf without raising ValueError")))
     w = rand(4, 6)
     w[1, 2] = float("nan")
-    g.run("NaN in the weight is refused (ValueError)", refuses(w))
+    refuses("NaN in the weight is refused (ValueError)", w)
     w = rand(4, 6)
     w[3, 0] = float("inf")
-    g.run("inf in the weight is refused (ValueError)", refuses(w))
+    refuses("inf in the weight is refused (ValueError)", w)
 
-    from exercises._grading import load_solution as _load
-    from exercises import folder
-    ref = _load(folder("int8_quantizer") / "solution.py")
-    big = rand(8192, 64)
-    speed_check(g, f"speed: an 8192x64 weight, at most {SPEED_LIMIT:g}x the reference solution",
-                lambda: mod.quantize_per_channel(big, 0), lambda: ref.quantize_per_channel(big, 0),
-                "the reference solution", SPEED_LIMIT)
+    # the baseline is the reference solution, timed beside the attempt in the attempt's process (after every
+    # correctness output is in): the times are that process's word, the verdicts above are not
+    checks.append((f"speed: an 8192x64 weight, at most {SPEED_LIMIT:g}x the reference solution",
+                   {"kind": "speed", "w": rand(8192, 64), "reference": str(folder("int8_quantizer") / "solution.py")},
+                   lambda times: speed_verdict(times, "the reference solution", SPEED_LIMIT)))
+
+    results = run_solution("int8_quantizer", path, g, [inputs for _, inputs, _ in checks])
+    for (name, _, judge), result in zip(checks, results):
+        g.run(name, lambda judge=judge, result=result: judge(value(result)))
+
+
+def outputs(mod, job: dict, device: str):
+    """In the solution's own process (exercises/_isolate.py): what the solution returns, no verdict."""
+    w = job["w"]
+    if job["kind"] == "quantize":
+        q, scale = mod.quantize_per_channel(w, job["axis"])
+        try:
+            deq = {"value": mod.dequantize_per_channel(q, scale, job["axis"])}
+        except Exception as e:
+            deq = {"raised": describe(e)}
+        return {"q": q, "scale": scale, "deq": deq}
+    if job["kind"] == "refuse":
+        try:
+            mod.quantize_per_channel(w, 0)
+        except ValueError:
+            return True
+        return False
+    ref = load_solution(job["reference"])
+    return speed_outputs(lambda: mod.quantize_per_channel(w, 0), lambda: ref.quantize_per_channel(w, 0), device,
+                         SPEED_LIMIT)
