@@ -136,6 +136,15 @@ def _cross_field(data: dict) -> list[str]:
         for j, line in enumerate(series["lines"]):
             if len(line["x"]) != len(line["y"]):
                 errors.append(f"series[{i}].lines[{j}]: x has {len(line['x'])} values, y has {len(line['y'])}")
+    # A name that matches its schema pattern but for a trailing newline (a JSON Schema "$" allows one): no name,
+    # identifier or commit carries a control character.
+    names = [("demo", data["demo"]), ("device_class", data["device_class"]), ("size", data["size"]),
+             ("source_digest", data["source_digest"]), ("provenance.commit", data["provenance"].get("commit") or ""),
+             *((f"{section} key", key) for section in ("metrics", "ceilings", "artifacts") for key in data[section]),
+             *((f"{kind}[{i}].name", item["name"]) for kind in ("tables", "series") for i, item in enumerate(data[kind]))]
+    for where, name in names:
+        if any(ord(c) < 32 or ord(c) == 127 for c in name):
+            errors.append(f"{where}: {json.dumps(name)[:60]} holds a control character (a trailing newline?)")
     provenance = data["provenance"]
     if provenance["device_class"] != data["device_class"]:
         errors.append(f"provenance.device_class: {provenance['device_class']!r} differs from device_class "

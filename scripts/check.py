@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from records import catalog, datasheets, devices, gpu_set, plausibility, record
 from records.errors import OneLineParser
 from records.paths import REPO_ROOT, RESULTS_DIR
@@ -222,7 +224,11 @@ def check_pages(report: Report, demos: dict[str, catalog.Demo], records: dict[st
     """Markers on every page (known demo and metric, claims not contradicted); structure of topic pages."""
     claims = 0
     for path in sorted(docs_dir.rglob("*.md")):
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            report.error(f"{rel(path)}: cannot be read as UTF-8 text ({getattr(e, 'reason', None) or e})")
+            continue
         if path.parent == docs_dir / "topics":
             check_topic_structure(report, path, text, demos)
         for stray in strays(text, rel(path)):
@@ -300,7 +306,11 @@ def check_nav(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) ->
     mkdocs_yml = docs_dir.parent / "mkdocs.yml"
     if not mkdocs_yml.exists():
         return
-    nav = nav_entries(mkdocs_yml)
+    try:
+        nav = nav_entries(mkdocs_yml)
+    except (ValueError, yaml.YAMLError) as e:  # UnicodeDecodeError is a ValueError
+        report.error(f"mkdocs.yml: not valid YAML ({' '.join(str(e).split())[:120]})")
+        return
     for path in sorted((docs_dir / "topics").glob("*.md")):
         if f"topics/{path.name}" not in nav:
             report.error(f"{rel(path)} is not in mkdocs.yml's nav: add `- Title: topics/{path.name}` under Topics")
@@ -320,7 +330,7 @@ def check_typed_numbers(report: Report, docs_dir: Path) -> None:
     citation (a link in the same paragraph); a computed example says how it is computed. A warning per
     paragraph, with the numbers it found, for the reviewer to judge."""
     for path in sorted((docs_dir / "topics").glob("*.md")):
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8", errors="replace")  # check_pages names a bad one
         fm = FRONT_MATTER.match(text)
         if fm:  # front matter is not prose: blank it, keeping the line numbers
             text = "\n" * fm.group(0).count("\n") + text[fm.end():]
@@ -360,7 +370,7 @@ def check_comparisons(report: Report, docs_dir: Path) -> int:
     ``<!-- no-claim: the reason -->``. Returns the number of warnings."""
     found = 0
     for path in sorted((docs_dir / "topics").glob("*.md")):
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8", errors="replace")
         _, sections = split_sections(text)
         measured = sections.get("Measured", "")
         start = text.find(measured[:200]) if measured else -1
@@ -392,7 +402,7 @@ def check_sizing(report: Report, docs_dir: Path, problems_file: Path | None = No
     except ValueError:
         return  # reported above
     for page in sorted(docs_dir.rglob("*.md")):
-        for pid in sizing.markers_in(page.read_text(encoding="utf-8")):
+        for pid in sizing.markers_in(page.read_text(encoding="utf-8", errors="replace")):
             if pid not in problems:
                 report.error(f"{rel(page)}: {{{{ sizing {pid} }}}} names no problem of {rel(path)}")
 
@@ -411,12 +421,21 @@ def check_todos(report: Report, demos: dict[str, catalog.Demo], docs_dir: Path) 
     tests = [REPO_ROOT / "tests" / f"test_{name}.py" for name in demos]
     files = sorted((docs_dir / "topics").glob("*.md")) + [d.path for d in demos.values()] + [t for t in tests if t.exists()]
     for path in files:
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             if "TODO" in line:
                 report.warn(f"{rel(path)}:{i}: TODO left to write: {line.strip()[:80]}")
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except UnicodeDecodeError as e:  # a file the check reads that is not UTF-8 (a demo, a test): one line
+        print(f"error: a file of the repository is not UTF-8 text ({e.reason} at byte {e.start}); the check reads "
+              "demos/, tests/, docs/ and mkdocs.yml", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="check", description=__doc__.splitlines()[0])
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--docs-dir", type=Path, default=DOCS_DIR)

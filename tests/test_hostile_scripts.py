@@ -167,7 +167,9 @@ def test_a_signal_during_the_scaffolds_demo_run_undoes_everything(repo_copy, tmp
     (["--results-dir", " "], "--results-dir is empty"),
     (["--results-dir", "/proc/mlsm-results"], "cannot be written"),  # os.access says yes to root
     (["--size", "tiny", "--results-dir", str(REPO / "docs" / "results")], "--size tiny is a smoke run"),
-    (["--size", "tiny", "--results-dir", str(REPO / "docs" / "results" / "x")], "may not write into docs/results"),
+    (["--size", "tiny", "--results-dir", str(REPO / "docs" / "results" / "x")], "may not write under docs"),
+    (["--size", "tiny", "--results-dir", str(REPO / "docs" / "other")], "may not write under docs"),  # also published
+    (["--size", "tiny", "--results-dir", str(REPO / "docs" / "results\n")], "may not write under docs"),
 ])
 def test_a_bad_results_dir_is_refused_before_any_work(args, expected, capsys):
     with pytest.raises(SystemExit) as e:

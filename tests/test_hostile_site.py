@@ -139,10 +139,68 @@ def test_raw_html_that_runs_script_is_refused_in_a_page(tmp_path, text):
     assert len(found) == 1 and found[0].startswith("docs/topics/t.md: raw HTML that could run script"), found
 
 
-def test_script_shown_as_code_is_text_and_passes(tmp_path):
-    root = scratch_site(tmp_path, f"# Page\n\n`{PAYLOAD}`\n\n```html\n<script>alert(1)</script>\n```\n"
-                                  "TracerBoolConversionError is a name, not a handler.\n")
+def test_script_is_refused_even_in_code_and_a_name_is_not_a_handler(tmp_path):
+    """Markdown's idea of code and the check's can differ (an escaped backtick, a raw HTML block, an include that
+    closes a fence), so script is refused in code too; a word like TracerBoolConversionError is no handler."""
+    root = scratch_site(tmp_path, "# Page\n\nTracerBoolConversionError is a name, not a handler; extra_javascript too.\n")
     assert page_safety.problems(root) == []
+    for text in (f"`{PAYLOAD}`", "```html\n<script>alert(1)</script>\n```", f"<div>`{PAYLOAD}`</div>"):
+        (root / "docs" / "topics" / "t.md").write_text(f"# Page\n\n{text}\n")
+        assert page_safety.problems(root), text
+
+
+@pytest.mark.parametrize("text", [
+    "<p><img src=x onerror=(window.h1=1)></p>", "<img src=x onerror=[1].map(alert)>", "{: #p onmouseover=(alert)(1) }",
+    '<a href="jav&#x61;script:alert(1)">x</a>', '<a href="java&#9;script:alert(1)">x</a>',
+    "[x](javascript&colon;alert(1))", '<a href="java\nscript:alert(1)">x</a>', '<a href=" javascript:alert(1)">x</a>',
+    '<svg><animate attributeName="href" values="javas&#99;ript:alert(1)"/></svg>', '<form action="https://x.example">',
+    '<a href="data:text/html,<script>alert(1)</script>">x</a>',
+])
+def test_obfuscated_script_is_refused(tmp_path, text):
+    root = scratch_site(tmp_path, f"# Page\n\n{text}\n")
+    assert any(p.startswith("docs/topics/t.md: raw HTML") for p in page_safety.problems(root)), text
+
+
+def test_script_in_mkdocs_yml_is_found_after_yaml_decodes_it(tmp_path):
+    yml = 'site_name: x\ncopyright: "text \\x3cimg src=x onerror\\x3dwindow.h24=1\\x3e"\nnav:\n  - Home: index.md\n'
+    root = scratch_site(tmp_path, mkdocs_yml=yml)
+    assert any(p.startswith("mkdocs.yml: raw HTML") for p in page_safety.problems(root))
+
+
+@pytest.mark.parametrize("name", ["results/rt.html", "rt.markdown", "assets/rt.xhtml", "assets/rt.SVG", "rt.HTML"])
+def test_every_file_mkdocs_publishes_is_scanned(tmp_path, name):
+    root = scratch_site(tmp_path)
+    (root / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / "docs" / name).write_text(f"<p>{PAYLOAD}</p>")
+    assert any(p.startswith(f"docs/{name}: raw HTML") for p in page_safety.problems(root))
+
+
+def test_includes_are_followed_to_any_depth_and_a_hard_link_is_refused(tmp_path):
+    root = scratch_site(tmp_path, '# Page\n\n--8<-- "a.md"\n')
+    inc = root / "docs" / "includes"
+    for this, following in (("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")):
+        (inc / f"{this}.md").write_text(f'--8<-- "{following}.md"\n')
+    (inc / "e.md").write_text(f"<p>{PAYLOAD}</p>\n")
+    assert any(p.startswith("docs/includes/e.md: raw HTML") for p in page_safety.problems(root))
+    (inc / "e.md").write_text("text\n")
+    os.link(inc / "e.md", root / "outside.md")  # a hard link is a regular file: one from /etc would be too
+    assert any("has other hard links" in p for p in page_safety.problems(root))
+
+
+@pytest.mark.parametrize("content, allowed", [
+    (f"<p>{PAYLOAD}</p>", False), ('<p><a href="jav&#x61;script:alert(1)">x</a></p>', False),
+    ('<p id="p" onmouseover="x()">t</p>', False), ("<script>alert(1)</script>", False),
+    ("<script>var notebook = 1;</script>", True), ('<form id="f"><input name="a"></form>', False),
+    ('<script type="application/json" id="mm-cards">[]</script>', False),  # practice cards: data, never run
+    ('<form action="https://x.example"></form>', True), ('<iframe src="/x"></iframe>', True),
+])
+def test_the_build_refuses_a_rendered_page_that_could_run_script(content, allowed):
+    """The build's last word (the hook's on_page_content), whatever path the markup took: scripts only on a demo's
+    notebook page (its template's), never a handler, a script address, an embedding tag or a form's action."""
+    found = page_safety.html_problems(content, "topics/t.md", scripts_allowed=allowed)
+    expect_refused = content not in ("<script>var notebook = 1;</script>", '<form id="f"><input name="a"></form>',
+                                     '<script type="application/json" id="mm-cards">[]</script>')
+    assert bool(found) == expect_refused, (content, found)
 
 
 def test_a_title_with_markup_is_refused_in_the_nav_and_the_front_matter(tmp_path):
@@ -365,3 +423,54 @@ def test_check_on_an_empty_docs_folder_fails(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "no topic pages" in proc.stderr and "Traceback" not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if line.startswith("error:")]) == 1
+
+
+# -- what a second red-team pass found ----------------------------------------------------------------------------
+@pytest.mark.parametrize("mutate, field", [
+    (lambda r: r["provenance"].__setitem__("commit", "deadbeef" * 5 + "\n"), "provenance.commit"),
+    (lambda r: r["metrics"].__setitem__("x\n", {"value": 1.0, "unit": "x"}), "metrics key"),
+    (lambda r: r["ceilings"]["copy_bandwidth"].__setitem__("samples", [20.0, -1.0]), "ceilings.copy_bandwidth"),
+    (lambda r: r["ceilings"]["copy_bandwidth"].__setitem__("samples", [20.0]), "ceilings.copy_bandwidth"),
+])
+def test_a_trailing_newline_or_a_lone_ceiling_sample_is_refused(mutate, field):
+    rec = make_record()
+    mutate(rec)
+    assert any(p.startswith(field) for p in record.validate(rec)), record.validate(rec)
+
+
+def test_a_record_whose_only_checks_are_expected_failures_has_no_check():
+    rec = make_record()
+    rec["checks"] = [{"name": "wrong on purpose", "passed": True, "detail": "fails", "expected_failure": True}]
+    assert any("no correctness check" in p for p in plausibility.vet(record.parse(rec), "x.json"))
+
+
+@pytest.mark.parametrize("claim", ["chain.eager.gbps <= 1e100", "chain.eager.gbps >= -1e100",
+                                   "5e-324 * chain.eager.gbps < 1"])
+def test_a_bound_beyond_what_a_record_can_hold_is_refused(claim):
+    with pytest.raises(markers.MarkerError, match="hold whatever is measured"):
+        markers.find(f"{{{{ claim kernel_fusion @cpu {claim} }}}}")
+
+
+def test_a_page_that_is_not_utf8_is_one_line(site, capsys):
+    site()
+    (site.docs / "topics" / "bad.md").write_bytes(b"# Page \xff\xfe\n")
+    code, errors = errors_of(site, capsys)
+    assert code == 1 and any("bad.md: cannot be read as UTF-8" in e for e in errors), errors
+
+
+def test_invalid_yaml_in_mkdocs_yml_is_one_line(tmp_path):
+    root = scratch_site(tmp_path, mkdocs_yml="site_name: [unclosed\n")
+    assert [p for p in page_safety.problems(root) if p.startswith("mkdocs.yml: not valid YAML")]
+
+
+def test_the_hook_refuses_a_rendered_page_with_a_handler():
+    from types import SimpleNamespace
+
+    from mkdocs.exceptions import PluginError
+
+    sys.path.insert(0, str(REPO / "website"))
+    import mkdocs_hook
+
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="topics/t.md"), meta={})
+    with pytest.raises(PluginError, match="topics/t.md: the rendered page holds <img onerror"):
+        mkdocs_hook.on_page_content(f"<p>{PAYLOAD}</p>", page, {}, [])

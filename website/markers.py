@@ -110,9 +110,11 @@ def _falsifiable(marker: Marker) -> None:
     for s in sides:
         scaled = isinstance(s, MetricRef)
         number = s.scale if scaled else s
-        if not math.isfinite(number) or abs(number) > 1e100 or (scaled and number == 0):
-            raise MarkerError(f"{marker.source}: {number:g}{' * ' if scaled else ''} makes the claim hold whatever is "
-                              f"measured; use a finite number{', and a scale that is not zero' if scaled else ''}")
+        # records hold numbers within +-1e100 (records/record.py), so a bound beyond that, or a scale that shrinks a
+        # measurement below any difference, holds whatever is measured
+        if not math.isfinite(number) or abs(number) >= 1e100 or (scaled and abs(number) < 1e-100):
+            raise MarkerError(f"{marker.source}: {'a scale of ' if scaled else ''}{number:g} lets the claim hold "
+                              "whatever is measured; use a finite number within +-1e100 (a scale, above 1e-100)")
     if marker.lhs == marker.rhs:
         raise MarkerError(f"{marker.source}: both sides are the same; the claim holds whatever is measured")
 

@@ -7,7 +7,8 @@
 - on_page_markdown: expand the generated parts (<!-- mm:... --> placeholders: topic map, study
   plans, cheat sheet, glossary, practice cards; website/site_pages.py), then replace the
   {{ results }}, {{ metric }}, {{ claim }} and {{ artifact }} markers of a page.
-- on_page_content: give a demo's notebook page its download links, run command and topic links.
+- on_page_content: refuse a page whose rendered content could run script (website/page_safety.py); give a
+  demo's notebook page its download links, run command and topic links.
 A malformed record or a bad marker stops the build with one line naming the file and the field.
 """
 
@@ -102,8 +103,12 @@ def on_page_markdown(markdown, page, config, files):
 
 
 def on_page_content(html, page, config, files):
-    html = site_pages.first_use_tooltips(html)
     demo = notebooks.demo_of_page(page.file.src_uri)
+    # what the reader's browser gets from the page's own content, whatever path the markup took to get there
+    unsafe = page_safety.html_problems(html, page.file.src_uri, scripts_allowed=demo is not None)
+    if unsafe:
+        raise PluginError(unsafe[0])
+    html = site_pages.first_use_tooltips(html)
     if demo is None:
         return search.exclude_measured_from_search(html)  # the index holds what pages say, not record data
     html = notebooks.without_remote_scripts(html)  # nbconvert's template would import mermaid from a CDN

@@ -15,10 +15,14 @@ wrote. The check and the site build both ask ``problems()``; each problem is one
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import stat
+from html.parser import HTMLParser
 from pathlib import Path
+
+import yaml
 
 from records.paths import REPO_ROOT
 from website.markers import transform_outside_code
@@ -29,11 +33,16 @@ SNIPPET_LINE = re.compile(r"[ \t]*-+8<-+")  # a line pymdownx.snippets reads as 
 ALLOWED_INCLUDE = re.compile(r'\s*--8<-- "([A-Za-z0-9_][A-Za-z0-9_.\-/]*)"\s*')
 SCRIPT = re.compile(
     r"<\s*/?\s*(script|iframe|frame|object|embed|base|applet)\b"  # tags that run or load something
-    r"|\bon[a-z]{3,}\s*=\s*[\"'\w]"  # an event handler attribute: onerror=, onload=, onclick= (also in {: ... })
-    r"|\b(java|vb)script\s*:"  # a script address
+    r"|\bon[a-z]{3,}\s*="  # an event handler attribute: onerror=, onload=, onclick= (also in {: ... }), any value
     r"|\bhttp-equiv\s*=\s*[\"']?refresh"  # a redirect
-    r"|\bsrcdoc\s*=", re.I)
+    r"|\b(srcdoc|formaction|action)\s*=", re.I)
+# A script address, looked for after HTML entities are decoded and every space and control character is dropped
+# (a browser ignores them there: jav&#x61;script:, java&#9;script:, javascript&colon;, java<newline>script:).
+SCRIPT_ADDRESS = re.compile(r"(?<![a-z0-9_])((java|vb)script:|data:text/html)", re.I)
 MARKUP = re.compile(r"[<>]|\{\{|\}\}|`")
+# The pages MkDocs renders or copies as they are: what a browser would treat as markup (any letter case).
+MARKUP_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".html", ".htm", ".xhtml", ".shtml", ".svg", ".xml",
+                   ".yml", ".yaml", ".txt"}
 
 
 def _prose(text: str) -> str:
@@ -48,11 +57,49 @@ def _prose(text: str) -> str:
     return "\n".join(kept)
 
 
-def script_problems(text: str, where: str, code_is_text: bool = True) -> list[str]:
-    """Raw HTML that runs script, in the prose of a Markdown text (or all of a text that is not Markdown)."""
+def script_problems(text: str, where: str, code_is_text: bool = False) -> list[str]:
+    """Raw HTML that could run script or post a form, anywhere in a text (code included: Markdown's idea of what is
+    code and this check's can differ, and an include inside a fence can close it)."""
     scanned = _prose(text) if code_is_text else text
-    return [f"{where}: raw HTML that could run script ({m.group(0).strip()!r}); write it as text or in `code`"
-            for m in list(SCRIPT.finditer(scanned))[:1]]
+    found = SCRIPT.search(scanned) or SCRIPT.search(html.unescape(scanned))
+    if found is None:
+        squeezed = re.sub(r"[\x00-\x20]+", "", html.unescape(html.unescape(scanned)))
+        found = SCRIPT_ADDRESS.search(squeezed)
+    return [f"{where}: raw HTML that could run script ({found.group(0).strip()!r}); rephrase it, or show it "
+            "without the markup"] if found else []
+
+
+class _HtmlScan(HTMLParser):
+    """Every element of a rendered page that could run script or post a form."""
+
+    URL_ATTRIBUTES = {"href", "src", "xlink:href", "values", "data", "poster", "background", "to", "from", "by"}
+    TAGS = {"iframe", "frame", "object", "embed", "base", "applet"}
+
+    def __init__(self, scripts_allowed: bool) -> None:
+        super().__init__(convert_charrefs=True)
+        self.scripts_allowed, self.found = scripts_allowed, []
+
+    def handle_starttag(self, tag, attrs):
+        data_only = tag == "script" and dict(attrs).get("type") == "application/json"  # a browser never runs it
+        if (tag == "script" and not self.scripts_allowed and not data_only) or tag in self.TAGS:
+            self.found.append(f"<{tag}>")
+        for name, value in attrs:
+            value = re.sub(r"[\x00-\x20]+", "", value or "")
+            if name.startswith("on") or name in ("srcdoc", "formaction", "action") \
+                    or (name == "http-equiv" and value.lower() == "refresh") \
+                    or (name in self.URL_ATTRIBUTES and SCRIPT_ADDRESS.search(html.unescape(value))):
+                self.found.append(f"<{tag} {name}=...>")
+
+
+def html_problems(rendered: str, where: str, scripts_allowed: bool = False) -> list[str]:
+    """What the build refuses in a page's rendered content (the Markdown's HTML, before the theme wraps it): an
+    event handler, a script address, an embedding tag, a form's action, and a script unless the page is a demo's notebook
+    (whose template brings its own). Whatever path the markup took (an include inside a fence, attr_list, an
+    escaped backtick, a raw HTML block), this is what a reader's browser would get."""
+    scan = _HtmlScan(scripts_allowed)
+    scan.feed(rendered)
+    return [f"{where}: the rendered page holds {found}, which could run script or post a form; remove it from "
+            "the page or what it includes" for found in scan.found[:1]]
 
 
 def _within(path: Path, folder: Path) -> bool:
@@ -72,8 +119,11 @@ def _regular_inside(path: Path, base: Path) -> str | None:
         if stat.S_ISLNK(mode):
             return f"{current.relative_to(REPO_ROOT).as_posix() if _within(current, REPO_ROOT) else current} is a " \
                    "symbolic link"
-    if not stat.S_ISREG(os.lstat(path).st_mode):
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
         return "is not a regular file"
+    if info.st_nlink > 1:  # a hard link to /etc/passwd is a regular file too; git never makes one
+        return "has other hard links (it may be a file from outside the repository)"
     return None
 
 
@@ -96,8 +146,10 @@ def resolve_include(name: str, root: Path = REPO_ROOT) -> tuple[Path | None, str
     return None, reason
 
 
-def include_problems(text: str, where: str, root: Path = REPO_ROOT, depth: int = 0) -> list[str]:
-    """Every include line of ``text`` that is not an allowed one, and the problems of the files it includes."""
+def include_problems(text: str, where: str, root: Path = REPO_ROOT, seen: set | None = None) -> list[str]:
+    """Every include line of ``text`` that is not an allowed one, and the problems of the files it includes, at any
+    depth (each file once)."""
+    seen = set() if seen is None else seen
     problems = []
     for number, line in enumerate(text.splitlines(), 1):
         if not SNIPPET_LINE.match(line):
@@ -112,10 +164,11 @@ def include_problems(text: str, where: str, root: Path = REPO_ROOT, depth: int =
         if target is None:
             problems.append(f"{at}: include {m.group(1)!r} refused: it {why}; the site includes only regular files "
                             f"inside {' or '.join(INCLUDE_BASES)}, never through a symbolic link")
-        elif depth < 3:
+        elif target not in seen:
+            seen.add(target)
             inner = target.read_text(encoding="utf-8", errors="replace")
-            problems += include_problems(inner, target.relative_to(root).as_posix(), root, depth + 1)
-            problems += script_problems(inner, target.relative_to(root).as_posix(), code_is_text=target.suffix == ".md")
+            problems += include_problems(inner, target.relative_to(root).as_posix(), root, seen)
+            problems += script_problems(inner, target.relative_to(root).as_posix())
     return problems
 
 
@@ -151,6 +204,15 @@ def nav_titles(node) -> list[str]:
     return []
 
 
+def _strings(node) -> list[str]:
+    """Every string of parsed YAML, keys included (what the theme may write into a page)."""
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in [*_strings(k), *_strings(v)]]
+    if isinstance(node, list):
+        return [s for item in node for s in _strings(item)]
+    return [node] if isinstance(node, str) else []
+
+
 def problems(root: Path = REPO_ROOT) -> list[str]:
     """Everything that keeps the site from being built safely, one line each."""
     from website.site_pages import FRONT_MATTER, FrontMatterError, front_matter, mkdocs_config
@@ -158,17 +220,24 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
     found = link_problems(root)
     mkdocs_yml = root / "mkdocs.yml"
     if mkdocs_yml.exists():
-        found += script_problems(mkdocs_yml.read_text(encoding="utf-8"), "mkdocs.yml", code_is_text=False)
-        for title in nav_titles(mkdocs_config(mkdocs_yml).get("nav", [])):
+        try:
+            config = mkdocs_config(mkdocs_yml)
+        except (ValueError, yaml.YAMLError) as e:
+            return found + [f"mkdocs.yml: not valid YAML ({' '.join(str(e).split())[:120]})"]
+        # the parsed strings, as the theme gets them ("\x3cimg" in YAML is "<img"), and the text as written
+        found += script_problems("\n".join([mkdocs_yml.read_text(encoding="utf-8", errors="replace"),
+                                            *_strings(config)]), "mkdocs.yml")
+        for title in nav_titles(config.get("nav", [])):
             found += title_problems(title, "mkdocs.yml: nav")
     docs = root / "docs"
-    for path in sorted(docs.rglob("*")):
-        if path.is_symlink() or not path.is_file() or _within(path, docs / "results"):
+    for path in sorted([*docs.rglob("*"), *(root / "exercises").rglob("*")]):
+        if path.is_symlink() or not path.is_file() or path.suffix.lower() not in MARKUP_SUFFIXES | {".py"}:
             continue
         where = path.relative_to(root).as_posix()
-        if path.suffix == ".md":
-            text = path.read_text(encoding="utf-8", errors="replace")
-            found += include_problems(text, where, root) + script_problems(text, where)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += script_problems(text, where)
+        if path.suffix.lower() in (".md", ".markdown", ".mdown", ".mkd") and not _within(path, docs / "results"):
+            found += include_problems(text, where, root)
             if FRONT_MATTER.match(text):
                 try:
                     meta, _ = front_matter(text, where)
@@ -176,9 +245,6 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
                     meta = {}  # the check names a malformed front matter itself
                 if "title" in meta:
                     found += title_problems(meta["title"], f"{where}: front matter")
-        elif path.suffix in (".html", ".htm", ".svg", ".yml", ".yaml"):
-            found += script_problems(path.read_text(encoding="utf-8", errors="replace"), where, code_is_text=False)
-    for demo in sorted((root / "demos").rglob("*.py")):
-        prose = "\n".join(line[2:] for line in demo.read_text(encoding="utf-8").splitlines() if line.startswith("# "))
-        found += script_problems(prose, demo.relative_to(root).as_posix())
+    for demo in sorted((root / "demos").rglob("*.py")):  # prose and code alike: the notebook page shows both
+        found += script_problems(demo.read_text(encoding="utf-8", errors="replace"), demo.relative_to(root).as_posix())
     return list(dict.fromkeys(found))  # a file included by a page is also scanned on its own: name it once

@@ -73,10 +73,10 @@ def results_dir_option(raw: str, size: str | None, demo: str | None = None) -> P
     if not raw.strip():
         fail("--results-dir is empty: name the folder the records go to (docs/results is the default)")
     path = Path(raw).absolute()
-    published = RESULTS_DIR.resolve()
+    published = RESULTS_DIR.resolve().parent  # docs/: everything under it is published, not only docs/results
     if size == "tiny" and (path.resolve() == published or published in path.resolve().parents):
-        fail(f"--size tiny is a smoke run, never published: it may not write into {shown(RESULTS_DIR)} (where it "
-             "would replace the published record); pass --results-dir with a scratch folder")
+        fail(f"--size tiny is a smoke run, never published: it may not write under {shown(published)} (the site "
+             "publishes what is there); pass --results-dir with a scratch folder")
     problem = writable_dir(path / demo if demo else path)
     if problem:
         fail(f"--results-dir {_one_line(raw)}: {problem}")
