@@ -28,7 +28,8 @@ def _tree(root):
         "demos/topic/other.py": "UNRELATED = 1\n",
         "demos/topic/demo.py": "import torch\nfrom demos.topic import shared\nfrom demos.harness.timing import X\n",
         "records/__init__.py": "",
-        "records/datasheets.toml": "[cpu]\nlabel = 'CPU'\n[h100]\nlabel = 'H100'\nmemory_gbps = 3350.0\n",
+        "records/datasheets.toml": "[cpu]\nlabel = 'CPU'\nmemory_gbps = 2000.0\nsource = 'a bound'\n"
+                                   "[h100]\nlabel = 'H100'\nmemory_gbps = 3350.0\nsource = 'datasheet'\n",
         "docs/results/kernel/cpu.json": '{"demo": "kernel", "metrics": {"x": {"value": 1}}, "source_digest": "a"}',
     }
     for name, text in files.items():
