@@ -36,7 +36,7 @@ from typing import NoReturn
 
 from records import atomic, catalog, devices, gpu_set, plausibility, record
 from records.digest import FRESH
-from records.errors import OneLineParser, fail
+from records.errors import OneLineParser, fail, one_line, quoted
 from records.paths import REPO_ROOT, RESULTS_DIR, shown
 
 MEMBER = re.compile(r"docs/results/([A-Za-z0-9_][A-Za-z0-9_.\-]*)/([^/]+)\.json")  # fullmatch; class: devices.is_class
@@ -56,20 +56,9 @@ class Refused(Exception):
     """One member cannot be taken home; the message says why, in one line."""
 
 
-def one_line(text: str) -> str:
-    """Text with its control characters escaped (a line break in a file name or an exception's message), so a
-    refusal is always one line."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
-def named(name: str) -> str:
-    """A member's name as a refusal shows it: as it is, or as Python's ascii() when it holds a control character."""
-    return name if name.isprintable() else ascii(name)
-
-
 def refuse(message: str) -> NoReturn:
     """records.errors.fail, kept to one line whatever a path or an exception's message holds."""
-    fail(one_line(message))
+    fail(message)
 
 
 class Capped:
@@ -104,7 +93,7 @@ def unpack(archive: Path, results_dir: Path = RESULTS_DIR, dry_run: bool = False
         try:
             target, note = vet(data, name, results_dir, demos)
         except Refused as e:
-            refused.append(one_line(f"{named(name)}: {e}"))
+            refused.append(one_line(f"{quoted(name)}: {e}"))
             continue
         accepted[target] = (data, note)
     copied = []
@@ -161,14 +150,14 @@ def read(raw) -> list[tuple[str, bytes | None]]:
             if count > MAX_MEMBERS:
                 raise Unusable(f"more than {MAX_MEMBERS} members")
             if member.name in seen:
-                raise Unusable(f"{named(member.name)} appears twice")
+                raise Unusable(f"{quoted(member.name)} appears twice")
             seen.add(member.name)
             if not (member.isfile() and MEMBER.fullmatch(member.name)):
                 members.append((member.name, None))
                 continue
             data = tar.extractfile(member).read(MAX_RECORD_BYTES + 1)
             if len(data) > MAX_RECORD_BYTES:
-                raise Unusable(f"{named(member.name)} holds more than {MAX_RECORD_BYTES // 2**20} MiB, "
+                raise Unusable(f"{quoted(member.name)} holds more than {MAX_RECORD_BYTES // 2**20} MiB, "
                                "more than a record may")
             members.append((member.name, data))
     return members

@@ -12,6 +12,7 @@ import re
 import pytest
 
 from conftest import REPO, set_field
+from test_calculators_browser import page_html
 from website import site_pages
 
 pytestmark = pytest.mark.slow
@@ -34,25 +35,23 @@ def local_only(requests: list, origin: str = "") -> list:
 
 # -- the KV cache, training memory and serving calculators ----------------------------------------------
 
-def calculators_html() -> str:
-    text = (REPO / "docs" / "calculators.md").read_text(encoding="utf-8")
-    style = re.search(r"<style>.*?</style>", text, re.S).group(0)
-    blocks = re.findall(r'<div id="[a-z]+-calculator".*?\n</div>', text, re.S)
-    assert len(blocks) == 3
-    return "<!doctype html><html><body>" + style + "\n".join(blocks) + "</body></html>"
-
-
-@pytest.fixture(scope="module")
-def calculators(chromium):
+def calculator_page(chromium, html: str, script: str):
+    """A page with a calculator's markup, the datasheet figures and its script; on leaving, no error and no
+    request outside the page."""
     pg = chromium.new_page()
     errors, requests = watch(pg)
-    pg.set_content(calculators_html())
+    pg.set_content(html)
     pg.add_script_tag(content=site_pages.datasheets_js())
-    pg.add_script_tag(content=(ASSETS / "sizing-calculators.js").read_text(encoding="utf-8"))
+    pg.add_script_tag(content=(ASSETS / script).read_text(encoding="utf-8"))
     yield pg
     pg.close()
     assert not errors, errors
     assert not local_only(requests), requests
+
+
+@pytest.fixture(scope="module")
+def calculators(chromium):
+    yield from calculator_page(chromium, page_html(), "sizing-calculators.js")  # calculators.md's markup
 
 
 def shown_text(pg, form: str) -> tuple[str, str]:
@@ -124,16 +123,9 @@ def test_the_serving_calculator_at_1e308_bandwidth_says_out_of_range(calculators
 
 @pytest.fixture(scope="module")
 def parallel(chromium):
-    pg = chromium.new_page()
-    errors, requests = watch(pg)
     markup = (REPO / "docs" / "includes" / "parallel-calculator.html").read_text(encoding="utf-8")
-    pg.set_content("<!doctype html><html><body>" + markup + "</body></html>")
-    pg.add_script_tag(content=site_pages.datasheets_js())
-    pg.add_script_tag(content=(ASSETS / "parallel-calculator.js").read_text(encoding="utf-8"))
-    yield pg
-    pg.close()
-    assert not errors, errors
-    assert not local_only(requests), requests
+    yield from calculator_page(chromium, "<!doctype html><html><body>" + markup + "</body></html>",
+                               "parallel-calculator.js")
 
 
 @pytest.mark.parametrize("field", ["pc-gpu-memory", "pc-peak-tflops", "pc-intra-bandwidth", "pc-seq-len",

@@ -19,6 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+# What a plain-text field (a title in the nav or a heading, a sizing problem's title and unit) may not hold, since it
+# is written into pages as it is: HTML, a Markdown link or attribute list, code, an escape, a marker, a line break.
+MARKUP = re.compile(r"[<>\[\]{}`\\\r\n]")
 MARKER = re.compile(r"\{\{\s*(results|metric|claim|artifact)\b(.*?)\}\}")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})")
 INLINE_CODE = re.compile(r"(`+).+?\1")

@@ -8,9 +8,10 @@ wrote. The check and the site build both ask ``problems()``; each problem is one
 - **Links**: no symbolic link anywhere under docs/, exercises/ or overrides/ (MkDocs copies what a link points
   to, and the pages' includes read through them).
 - **Script**: no ``<script>``, event handler attribute (``onerror=``), ``javascript:`` address or embedding tag
-  (iframe, object, embed, base, form, meta refresh) in a page, an included file, a demo's prose (its notebook
-  page) or mkdocs.yml; and no markup at all in a navigation title or a page's front-matter title, which the
-  theme writes into every page unescaped. Code (fenced or inline) is text and may show any of it.
+  (iframe, object, embed, base, a form's action, meta refresh) in a page, an included file, a demo file (its
+  notebook page) or mkdocs.yml; and no markup at all in a navigation title or a page's front-matter title, which the
+  theme writes into every page unescaped. Code is scanned too: an include inside a fence can close it, and Markdown's
+  idea of code and a scanner's differ. The build also refuses a rendered page's content that holds any of it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from records.paths import REPO_ROOT
-from website.markers import transform_outside_code
+from website.markers import MARKUP
 
 INCLUDE_BASES = ("docs/includes", "exercises")  # mkdocs.yml: pymdownx.snippets base_path, in this order
 PUBLISHED_TREES = ("docs", "exercises", "overrides")
@@ -39,28 +40,14 @@ SCRIPT = re.compile(
 # A script address, looked for after HTML entities are decoded and every space and control character is dropped
 # (a browser ignores them there: jav&#x61;script:, java&#9;script:, javascript&colon;, java<newline>script:).
 SCRIPT_ADDRESS = re.compile(r"(?<![a-z0-9_])((java|vb)script:|data:text/html)", re.I)
-MARKUP = re.compile(r"[<>]|\{\{|\}\}|`")
 # The pages MkDocs renders or copies as they are: what a browser would treat as markup (any letter case).
 MARKUP_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".html", ".htm", ".xhtml", ".shtml", ".svg", ".xml",
                    ".yml", ".yaml", ".txt"}
 
 
-def _prose(text: str) -> str:
-    """The text outside code (fenced blocks, inline code), where Markdown passes raw HTML through."""
-    kept: list[str] = []
-
-    def keep(chunk: str) -> str:
-        kept.append(chunk)
-        return chunk
-
-    transform_outside_code(text, keep)
-    return "\n".join(kept)
-
-
-def script_problems(text: str, where: str, code_is_text: bool = False) -> list[str]:
+def script_problems(scanned: str, where: str) -> list[str]:
     """Raw HTML that could run script or post a form, anywhere in a text (code included: Markdown's idea of what is
     code and this check's can differ, and an include inside a fence can close it)."""
-    scanned = _prose(text) if code_is_text else text
     found = SCRIPT.search(scanned) or SCRIPT.search(html.unescape(scanned))
     if found is None:
         squeezed = re.sub(r"[\x00-\x20]+", "", html.unescape(html.unescape(scanned)))
@@ -190,8 +177,8 @@ def title_problems(title, where: str) -> list[str]:
     if not isinstance(title, str):
         return [f"{where}: the title must be text, got {type(title).__name__}"]
     if MARKUP.search(title) or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in title):
-        return [f"{where}: title {title[:60]!r} holds markup or control characters (<, >, {{{{, }}}}, `); "
-                "titles are plain text"]
+        return [f"{where}: title {title[:60]!r} holds markup or control characters (< > [ ] {{ }} ` \\ or a line "
+                "break); titles are plain text"]
     return []
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from demos.common import cluster_model as cm
 from records.paths import shown
+from website.markers import MARKUP
 
 PROBLEMS_FILE = Path(__file__).with_name("sizing_problems.toml")
 GB = 1e9
@@ -205,8 +206,6 @@ PROBLEM_ID = re.compile(r"[A-Za-z0-9_\-]+")  # what a {{ sizing ID }} marker can
 TOPIC_NAME = re.compile(r"[a-z0-9][a-z0-9\-]*")  # a topic page's file name; it lands in a link
 RESULT_KEY = re.compile(r"[a-z_]+")
 NAME = re.compile(r"[a-z0-9_]+")
-# a title or a unit is one line of plain text: these would be HTML or Markdown
-MARKUP = re.compile(r"[<>\[\]{}`\\\r\n]")
 
 # The inputs' rules, by name (every formula's parameters have one; a test requires it). A whole number or a
 # number above 0, up to LIMIT: far above any real model, cluster or token count (and compute() still refuses
@@ -345,7 +344,7 @@ def _problem(pid: str, p, source: str) -> Problem:
         if key in p and not (isinstance(p[key], list) and all(isinstance(line, str) for line in p[key])):
             raise ValueError(f"{where} {key}: not an array of strings")
     for key in ("title", "unit"):
-        if MARKUP.search(p.get(key, "")):
+        if MARKUP.search(p.get(key, "")):  # a title or a unit is one line of plain text
             raise ValueError(f"{where} {key}: {_show(p[key])} holds markup (< > [ ] {{ }} ` \\ or a line break); "
                              "it is shown as plain text")
     if not p["title"].strip():

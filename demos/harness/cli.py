@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from records.errors import OneLineParser, fail
+from records.errors import OneLineParser, fail, quoted
 from records.paths import RESULTS_DIR, shown
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -30,11 +30,6 @@ def _in_notebook_kernel() -> bool:
     return "ipykernel" in sys.modules
 
 
-def _one_line(text: str) -> str:
-    """A user's text inside an error line: as typed, or escaped when it holds a newline or control character."""
-    return text if text.isprintable() else ascii(text)
-
-
 def writable_dir(path: Path) -> str | None:
     """Why records cannot be written under path, or None when they can (it may not exist yet).
 
@@ -49,7 +44,7 @@ def writable_dir(path: Path) -> str | None:
             missing.append(existing)
             existing = existing.parent
         if not existing.is_dir():
-            return f"{_one_line(str(existing))} is a file, not a folder"
+            return f"{quoted(str(existing))} is a file, not a folder"
         for folder in reversed(missing):
             folder.mkdir()
             made.append(folder)
@@ -57,7 +52,7 @@ def writable_dir(path: Path) -> str | None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        return f"{_one_line(str(e.filename or path))} cannot be written ({e.strerror or e})"
+        return f"{quoted(str(e.filename or path))} cannot be written ({e.strerror or e})"
     finally:
         for folder in reversed(made):  # leave no trace of the trial: only the folders it made, if still empty
             with contextlib.suppress(OSError):
@@ -79,7 +74,7 @@ def results_dir_option(raw: str, size: str | None, demo: str | None = None) -> P
              "publishes what is there); pass --results-dir with a scratch folder")
     problem = writable_dir(path / demo if demo else path)
     if problem:
-        fail(f"--results-dir {_one_line(raw)}: {problem}")
+        fail(f"--results-dir {quoted(raw)}: {problem}")
     return path
 
 
