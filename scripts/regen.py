@@ -67,6 +67,13 @@ class Outcome:
 
 BUSY_RETRY_S = 30  # the pause before a demo the harness refused as "machine busy" is measured once more
 
+
+def refused_as_busy(text: str) -> bool:
+    """The harness refused an unstable measurement (demos/harness/timing.py, run.py) and wrote nothing. A shared
+    machine's load comes and goes over minutes: the policy (regen's and the scaffold's) is to measure once more
+    after BUSY_RETRY_S, never to keep the noise."""
+    return "machine busy:" in text
+
 def resolve_device_class(device: str) -> str:
     """The device class a run on --device will record (the harness's own resolver; it also refuses
     --device cuda without a GPU, in one line). --device cpu needs no torch."""
@@ -415,9 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"[{i}/{len(chosen)}] {demo.name} ({demo.module})")
                 outcome = run_demo(demo, args.device, args.size, args.results_dir, console, args.timeout, env,
                                    device_class=device_class)
-                if not outcome.ok and outcome.status == "failed" and "machine busy:" in outcome.detail:
-                    # The harness refused an unstable measurement (demos/harness/timing.py) and wrote nothing. A shared
-                    # machine's load comes and goes over minutes: measure once more after a pause, never keep the noise.
+                if not outcome.ok and outcome.status == "failed" and refused_as_busy(outcome.detail):
                     console.print(f"[{i}/{len(chosen)}] {demo.name}: machine busy; "
                                   f"measuring once more in {BUSY_RETRY_S} s")
                     time.sleep(BUSY_RETRY_S)

@@ -40,8 +40,19 @@ def run(copy, *args):
     return subprocess.run([sys.executable, "-m", *args], cwd=copy, capture_output=True, text=True)
 
 
+def scaffold(copy, *args):
+    """The scaffold, which measures its new demo for a CPU record. A machine that stays busy through the scaffold's
+    second try is the environment, not the code: no test asserts a timing, so that case is a skip (the scaffold
+    must still have undone everything), never a failure."""
+    made = run(copy, "scripts.scaffold", *args)
+    if made.returncode == 2 and "scaffold undone" in made.stderr and "machine busy:" in made.stderr:
+        assert not (copy / "docs/topics" / f"{args[1]}.md").exists()
+        pytest.skip(made.stderr.strip().splitlines()[-1])
+    return made
+
+
 def test_scaffold_then_check_passes_with_todos(repo_copy):
-    made = run(repo_copy, "scripts.scaffold", "T10", "benchmarking", "timing_discipline", "--title", "Benchmarking")
+    made = scaffold(repo_copy, "T10", "benchmarking", "timing_discipline", "--title", "Benchmarking")
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
     for path in ("docs/topics/benchmarking.md", "demos/t10_benchmarking/timing_discipline.py",
                  "tests/test_timing_discipline.py", "docs/results/timing_discipline/cpu.json"):
@@ -71,7 +82,7 @@ def test_scaffold_refuses_bad_names(repo_copy):
 
 def test_titles_with_yaml_python_and_markdown_syntax_make_valid_files(repo_copy):
     title = 'Softmax: "stable" # or not'
-    made = run(repo_copy, "scripts.scaffold", "T12", "softmax", "stable_softmax", "--title", title)
+    made = scaffold(repo_copy, "T12", "softmax", "stable_softmax", "--title", title)
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
     checked = run(repo_copy, "scripts.check")
     assert checked.returncode == 0, checked.stderr
