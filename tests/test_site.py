@@ -29,7 +29,7 @@ def test_kernel_fusion_page_shows_measurements(built_site):
     assert "tabbed-set" in html and ">CPU</label>" in html
     assert "<table>" in html and "effective bandwidth" in html
     assert 'src="../../assets/plots/kernel_fusion/cpu-bias_gelu.svg"' in html
-    assert "mm-holds" in html and "mm-contradicted" not in html
+    assert "mm-check" in html and "holds on" not in html  # a claim: a check mark, never an expression
     assert (site / "assets" / "plots" / "kernel_fusion" / "cpu-bias_gelu.svg").read_text().startswith("<?xml")
 
 

@@ -18,7 +18,7 @@ from records.numbers import fmt_number, fmt_pair
 from records.paths import REPO_ROOT
 from website import sizing
 from website.claims import MissingMetric, gpu_class_for, gpu_classes, judge, known_device, metric_value
-from website.markers import Marker, substitute
+from website.markers import Marker, substitute, transform_outside_code
 
 PLOTS_DIR = "assets/plots"
 # The characters Python-Markdown (with the tables extension) accepts a backslash escape for.
@@ -46,12 +46,25 @@ def fmt_percent(fraction: float) -> str:
     return f"{pct:.3g}%"
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 check', '3 checks'."""
+    return f"{n:,} {noun if n == 1 else noun + 's'}"
+
+
+def singular(unit: str) -> str:
+    """A count's unit for the value 1: 'kernels' -> 'kernel', 'microbatches' -> 'microbatch', 'GPUs' -> 'GPU'."""
+    for ending, replacement in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x")):
+        if unit.endswith(ending):
+            return unit[:-len(ending)] + replacement
+    return unit[:-1] if unit.endswith("s") and not unit.endswith("ss") and len(unit) > 2 else unit
+
+
 CONTINUOUS_UNITS = {"fraction", "x", "ns", "us", "ms", "s", "B", "KB", "MB", "GB", "KiB", "MiB", "GiB", "%"}
 
 
 def fmt_value(value: float, unit: str) -> str:
     if float(value).is_integer() and "/" not in unit and unit not in CONTINUOUS_UNITS:
-        return f"{int(value):,} {esc(unit)}"  # counts: "2 compiles", "1 kernels"
+        return f"{int(value):,} {esc(singular(unit) if value == 1 else unit)}"  # counts: "2 compiles", "1 kernel"
     if unit == "fraction":
         return fmt_percent(value)
     if unit == "x":
@@ -88,10 +101,11 @@ def provenance_line(rec: Record) -> str:
     if p.cuda:
         parts.append(f"CUDA {esc(p.cuda)}" + (f", driver {esc(p.driver)}" if p.driver else ""))
     if p.device_kind == "cpu" and p.cpu_count:
-        parts.append(f"{esc(p.cpu_count)} cores, {esc(p.torch_threads or '?')} threads")
+        threads = p.torch_threads or "?"
+        parts.append(f"{esc(p.cpu_count)} cores, {esc(threads)} thread{'' if threads == 1 else 's'}")
     parts += [versions, f"Python {esc(p.python)}", esc(p.utc[:10])]
     if p.commit:
-        parts.append(f"commit {esc(p.commit[:10])}" + (" (its measured code had uncommitted changes)" if p.dirty else ""))
+        parts.append(f"commit {esc(p.commit[:10])}" + (" (measured from a modified copy of it)" if p.dirty else ""))
     parts.append(f"size preset {esc(rec.size)}, run took {rec.wall_time_s:.0f} s")
     return "Measured on " + " · ".join(x for x in parts if x)
 
@@ -136,8 +150,8 @@ def _indent(text: str, n: int = 4) -> str:
 
 
 def _cell(v) -> str:
-    if v is None:
-        return "–"
+    if v is None:  # the demo had no value for this cell (a variant not run, no event): said, never a bare dash
+        return "n/a"
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):  # as the demo rounded it; thousands separated
@@ -177,7 +191,7 @@ def table_md(table: dict) -> str:
     if len(rows) <= LONG_TABLE_ROWS:
         return f"{title}\n\n{_rows_md(columns, rows)}"
     hidden = len(rows) - SUMMARY_HEAD - SUMMARY_TAIL
-    gap = [f"... {hidden} more rows" if i == 0 else None for i in range(len(columns))]
+    gap = [f"... {hidden} more rows" if i == 0 else "" for i in range(len(columns))]
     summary = _rows_md(columns, [*rows[:SUMMARY_HEAD], gap, *rows[-SUMMARY_TAIL:]])
     full = _indent(_rows_md(columns, rows))
     kind = "note mm-wide" if len(columns) >= WIDE_TABLE_COLUMNS else "note"  # the folded copy is compact too
@@ -190,20 +204,13 @@ def is_timeline(series: dict) -> bool:
     return series.get("kind") in ("gantt", "steps")
 
 
-TABLES_SHOWN, PLOTS_SHOWN = 2, 2  # per device tab; the rest of a run's tables and plots are folded below them
-
-
-def shown_and_folded(tables: list[str], plots: list[str]) -> list[str]:
-    """A device tab's tables and plots (Markdown): the first TABLES_SHOWN tables and PLOTS_SHOWN plots in
-    view, the rest in one collapsible block, so a page with many demos reads in one sitting."""
-    parts = tables[:TABLES_SHOWN] + plots[:PLOTS_SHOWN]
-    more_tables, more_plots = tables[TABLES_SHOWN:], plots[PLOTS_SHOWN:]
-    if more_tables or more_plots:
-        counts = [f"{len(more_tables)} more table{'s' * (len(more_tables) != 1)}" if more_tables else "",
-                  f"{len(more_plots)} more plot{'s' * (len(more_plots) != 1)}" if more_plots else ""]
-        title = " and ".join(c for c in counts if c) + " from this run"
-        parts.append(f'??? info "{title}"\n\n' + "\n\n".join(_indent(p) for p in more_tables + more_plots))
-    return parts
+def evidence_and_rest(tables: list[str], plots: list[str]) -> tuple[str, list[str]]:
+    """A device tab shows one piece of evidence: the run's first plot (a schedule's timeline first), or its first
+    table when it drew none; the other tables and plots go into the tab's fold, so a page with many demos reads in
+    one sitting."""
+    if plots:
+        return plots[0], tables + plots[1:]
+    return (tables[0], tables[1:]) if tables else ("", [])
 
 
 def plot_path(demo: str, device_class: str, series_name: str) -> str:
@@ -214,30 +221,44 @@ def plot_path(demo: str, device_class: str, series_name: str) -> str:
 CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page shows the first ones
 
 
+def provenance_chip(rec: Record, state: str, record_url: str) -> str:
+    """One short line under the evidence: freshness, device, the main package, the date, the record itself."""
+    p = rec.provenance
+    main = next((f"{esc(k)} {esc(v)}" for k, v in p.packages.items() if v and k in ("torch", "jax")), "")
+    parts = [f"**{esc(p.device_name)}**", main, esc(p.utc[:10]), f"[record]({record_url})"]
+    return f'{badge(state)} <span class="mm-prov" markdown>' + " · ".join(x for x in parts if x) + "</span>"
+
+
 def device_tab(rec: Record, state: str, page_dir: str) -> str:
-    parts = [badge(state), provenance_line(rec), ceilings_line(rec)]
-    if stability_line(rec):
-        parts.append(stability_line(rec))
+    """The evidence (one plot or table), a provenance chip, then one fold with the rest of the run: the full
+    provenance, the ceilings, what the stability guard saw, the other tables and plots, the correctness checks and
+    the variants not run."""
+    record_url = posixpath.relpath(f"results/{rec.demo}/{rec.device_class}.json", page_dir or ".")
     plots = []
     for series in sorted(rec.series, key=lambda s: not is_timeline(s)):  # a schedule's timeline first: it is the picture
         url = posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"]), page_dir or ".")
         plots.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
-    parts += shown_and_folded([table_md(t) for t in rec.tables], plots)
+    evidence, rest = evidence_and_rest([table_md(t) for t in rec.tables], plots)
     checks = rec.checks
     failed = [c for c in checks if not c.passed]
-    title = f"{len(checks) - len(failed)} of {len(checks)} correctness checks passed"
     shown = failed + [c for c in checks if c.passed][:max(0, CHECKS_SHOWN - len(failed))]
     lines = "\n".join(f"- {esc(c.name)}{' (a wrong variant, caught)' if c.expected_failure else ''}: {esc(c.detail)}"
                       for c in shown)
     if len(shown) < len(checks):
-        record_url = posixpath.relpath(f"results/{rec.demo}/{rec.device_class}.json", page_dir or ".")
-        lines += (f"\n- ... and {len(checks) - len(shown)} more passed checks, all listed in the record: "
-                  f"[{esc(rec.device_class)}.json]({record_url})")
-    parts.append(f'??? {"success" if not failed else "failure"} "{title}"\n{_indent(lines)}')
+        lines += (f"\n- ... and {len(checks) - len(shown)} more passed checks, all listed in the "
+                  f"[record]({record_url})")
+    folded = [provenance_line(rec), ceilings_line(rec)] + ([stability_line(rec)] if stability_line(rec) else [])
+    folded += rest
+    folded.append(f"**{len(checks) - len(failed)} of {plural(len(checks), 'correctness check')} passed**\n\n{lines}")
     if rec.not_run:
-        lines = "\n".join(f"- **{esc(variant)}**: {esc(reason)}" for variant, reason in rec.not_run)
-        parts.append(f'!!! info "Not run on this device"\n{_indent(lines)}')
-    return "\n\n".join(parts)
+        folded.append("**Not run on this device**\n\n" + "\n".join(f"- **{esc(variant)}**: {esc(reason)}"
+                                                                     for variant, reason in rec.not_run))
+    more_plots = sum(r.startswith("![") for r in rest)
+    bits = ["provenance", "ceilings"]
+    bits += [plural(n, noun) for n, noun in ((len(rest) - more_plots, "more table"), (more_plots, "more plot")) if n]
+    title = "This run: " + ", ".join(bits + [plural(len(checks), "correctness check")])
+    fold = f'??? info "{title}"\n\n' + "\n\n".join(_indent(part) for part in folded)
+    return "\n\n".join(x for x in (evidence, provenance_chip(rec, state, record_url), fold) if x)
 
 
 def tab_label(device_class: str) -> str:
@@ -282,6 +303,8 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     try:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
+        if devices.is_gpu_class(device):  # an older GPU record without this metric: pending, like no record
+            return pending(marker.demo)
         return f'<span class="mm-value mm-missing">not measured on {esc(label)}</span>'
     # data-metric, not title: a title becomes a theme tooltip, and a page with hundreds of them loads slowly
     return f'<span class="mm-value" data-metric="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
@@ -306,22 +329,31 @@ def artifact_block(marker: Marker, records: dict[str, Record]) -> str:
     return f'\n\n??? example "{esc(marker.artifact)} ({esc(label)}, from the record)"\n\n{body}\n\n'
 
 
+class ContradictedClaim(ValueError):
+    """A page states what a record contradicts: the build fails (the check names it too)."""
+
+
 def claim_text(marker: Marker, records: dict[str, Record]) -> str:
+    """A claim the records hold renders as a check mark after the sentence that states it in words; the comparison
+    it checked is in the mark's tooltip, never in the reader's text. A contradicted claim fails the build. A device
+    without a record, or a record without the metric, leaves the claim pending: its sentence is dropped."""
     verdicts = judge(marker, records)
-    if all(v.status == "not measured" and v.device_class not in records for v in verdicts):
-        return pending(marker.demo)  # no record of the device yet
-    chips = []
-    for v in verdicts:
-        label = "GPU" if v.device_class == "gpu" else catalog.device_label(v.device_class)
-        if v.status == "not measured":
-            chips.append(f'<span class="mm-claim mm-unmeasured" title="{attr(v.note)}">? not yet measured on {esc(label)}</span>')
-        else:
-            mark, css = ("✓ holds", "mm-holds") if v.status == "holds" else ("✗ contradicted", "mm-contradicted")
-            lhs, rhs = fmt_pair(v.lhs, v.rhs)
-            chips.append(f'<span class="mm-claim {css}" title="{attr(marker.expression)}: '
-                         f'{lhs} {html.escape(marker.op)} {rhs}">{mark} on {esc(label)} '
-                         f'({lhs} {html.escape(marker.op)} {rhs})</span>')
-    return f'<span class="mm-claim-expr">{esc(marker.expression)}</span> ' + " ".join(chips)
+    contradicted = [v for v in verdicts if v.status == "contradicted"]
+    if contradicted:
+        v = contradicted[0]
+        lhs, rhs = fmt_pair(v.lhs, v.rhs)
+        raise ContradictedClaim(f"{marker.source}: contradicted by the {v.device_class} record ({lhs} {marker.op} "
+                                f"{rhs}); rewrite the sentence to what was measured (python -m scripts.check)")
+    held = [v for v in verdicts if v.status == "holds"]
+    if not held:
+        return pending(marker.demo)  # no record of the device yet, or its record lacks the metric
+    checked = []
+    for v in held:
+        lhs, rhs = fmt_pair(v.lhs, v.rhs)
+        checked.append(f"{catalog.device_label(v.device_class)}: {lhs} {marker.op} {rhs}")
+    checked = "; ".join(checked)
+    return (f'<span class="mm-check" role="img" aria-label="checked against the record" '
+            f'data-claim="{attr(marker.expression)}" title="Checked against the record ({attr(checked)})">✓</span>')
 
 
 # -- a whole page -------------------------------------------------------------------------------------
@@ -356,7 +388,14 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
             return artifact_block(marker, records)
         return claim_text(marker, records)
 
+    def indented_block(m: re.Match) -> str:  # a block marker inside a fold: its whole output stays inside it
+        return _indent(substitute(m.group(2), render, page_src_uri), len(m.group(1)))
+
+    markdown = transform_outside_code(markdown, lambda chunk: INDENTED_BLOCK_MARKER.sub(indented_block, chunk))
     return drop_pending(substitute(markdown, render, page_src_uri), lost)
+
+
+INDENTED_BLOCK_MARKER = re.compile(r"^( +)(\{\{\s*(?:results|artifact)\b[^\n{}]*\}\})[ \t]*$", re.M)
 
 
 TOKEN = re.compile("\ue000([A-Za-z0-9_]+)\ue001")
@@ -364,13 +403,13 @@ SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[^a-z\s])")  # "e.g. the" and "1.5x" do 
 BULLET = re.compile(r"^(\s*(?:[-*+]|\d+[.)])\s+)")
 LEAD_IN = re.compile(r"(\*{1,2}|_{1,2})[^*_]+\1")
 STRUCTURE = ("#", "!!!", "???", "===", "|", "<p", "<div", "</", "<details", "---", "```", "~~~")
-MEASURED = "mm-value\"", "mm-claim "  # a rendered number or verdict: losing one with a GPU sentence is an error
+MEASURED = "mm-value\"", "mm-check\""  # a rendered number or verdict: losing one with a GPU sentence is an error
 
 
 def drop_pending(markdown: str, lost: list[str] | None = None) -> str:
     """A GPU number or claim not measured yet takes its sentence with it (or its list item, or its table row), so a
-    page reads as what has been measured; one line under '## Measured' names what is pending on a GPU and the command
-    that measures it. A dropped sentence that also held a measured value is appended to ``lost`` (the tests refuse
+    page reads as what has been measured; one line under '## Measured' names what is pending on a GPU (the contributing
+    page says how to measure it). A dropped sentence that also held a measured value is appended to ``lost`` (the tests refuse
     such a sentence: a GPU number gets a sentence of its own)."""
     if "\ue000" not in markdown:
         return markdown
@@ -421,8 +460,7 @@ def drop_pending(markdown: str, lost: list[str] | None = None) -> str:
     text = "".join(out)
     names = ", ".join(f"{n} number{'s' if n > 1 else ''} of {esc(d)}" if i == 0 else f"{n} of {esc(d)}"
                       for i, (d, n) in enumerate(counts.items()))
-    note = (f'\n\n<p class="mm-pending-note" markdown>Still to be measured on a GPU: {names}. On your own NVIDIA GPU, '
-            f'`python -m scripts.regen {" ".join(counts)} --device cuda` measures them.</p>\n')
+    note = f'\n\n<p class="mm-pending-note" markdown>Not yet measured on a GPU: {names}.</p>\n'  # how: contributing
     return re.sub(r"^## Measured[ \t]*$", lambda m: m.group(0) + note, text, count=1, flags=re.M)
 
 

@@ -141,8 +141,9 @@ def short_answers(section: str) -> list[tuple[str, str]]:
 
 
 def spoken_words(answer: str) -> int:
-    """Words a candidate says: a {{ metric }} marker is a number and its unit (2 words), a claim about 6."""
-    text = MARKER_WORDS.sub(lambda m: " x x " if m.group(1) == "metric" else " x x x x x x ", answer)
+    """Words as rendered: a {{ metric }} marker is a number, its unit and its device (3 words); a claim renders as a
+    check mark after its sentence (no word)."""
+    text = MARKER_WORDS.sub(lambda m: " x x x " if m.group(1) == "metric" else " ", answer)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's text, not its address
     return len(re.findall(r"[A-Za-z0-9][\w'.%/+-]*", text))
 
