@@ -174,6 +174,10 @@ def validate(data) -> list[str]:
     return unusable or _cross_field(data)
 
 
+# What a metric's value is (the schema's "origin"; absent means measured): only a measured value carries a device.
+ORIGINS = ("measured", "computed", "datasheet", "static")
+
+
 @dataclass(frozen=True)
 class Metric:
     """A measured value (or a ceiling) with its unit and, for rates, what bounds it."""
@@ -189,13 +193,19 @@ class Metric:
     cache_resident: bool = False
     how: str = ""
     signed: bool = False  # a fitted slope or a difference, which may fall below zero in a unit of magnitudes
+    origin: str = "measured"  # measured (in this run, on this device) | computed | datasheet | static
+
+    @property
+    def measured(self) -> bool:
+        """Measured in this run on the record's device (the only kind of value that carries a device label)."""
+        return self.origin == "measured"
 
     @classmethod
     def of(cls, name: str, d: dict) -> "Metric":
         return cls(name=name, value=float(d["value"]), unit=d["unit"], label=d.get("label", ""),
                    ceiling=d.get("ceiling"), fraction_of_ceiling=d.get("fraction_of_ceiling"), dtype=d.get("dtype"),
                    kind=d.get("kind"), cache_resident=bool(d.get("cache_resident", False)), how=d.get("how", ""),
-                   signed=bool(d.get("signed", False)))
+                   signed=bool(d.get("signed", False)), origin=d.get("origin", "measured"))
 
     @property
     def rate(self) -> tuple[str, float] | None:

@@ -96,6 +96,8 @@ def timing_based(rec: Record, ref) -> bool:
     if not isinstance(ref, MetricRef) or ref.name not in rec.metrics:
         return False
     m = rec.metrics[ref.name]
+    if not m.measured:  # a formula's or a datasheet's value does not move with the machine's load
+        return False
     if m.unit in TIME_UNITS or m.unit.endswith("/s") or ref.fraction:
         return True
     return m.unit == "x" and any(word in m.label.lower() for word in TIMING_WORDS)

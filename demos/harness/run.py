@@ -205,7 +205,7 @@ class Run:
     # bounds it by the datasheet's host_link_gbps, not by HBM), "cache".
     def metric(self, name: str, value: float, unit: str, label: str | None = None,
                ceiling: str | None = None, dtype: str | None = None, kind: str | None = None,
-               cache_resident: bool = False, signed: bool = False) -> None:
+               cache_resident: bool = False, signed: bool = False, origin: str = "measured") -> None:
         """A named measured value. With ``ceiling``, its fraction of that same-run ceiling is stored too.
 
         Rates say what bounds them, so the check can compare them with the right datasheet peak: a
@@ -213,7 +213,10 @@ class Run:
         ``kind`` ("memory", the default; "link" for a network or PCIe; "cache"), and a measurement
         whose working set fits in a cache says ``cache_resident=True`` (it may beat the memory ceiling). A time
         that may fall below zero (a fitted slope, a difference) says ``signed=True``; the unit is one of
-        records/units.py's, checked here so a new demo learns it before its run, not at its save."""
+        records/units.py's, checked here so a new demo learns it before its run, not at its save. A value that was not
+        measured in this run says what it is: ``origin="computed"`` (a formula or a model evaluated here),
+        ``"datasheet"`` (a datasheet figure, or computed from datasheet figures only) or ``"static"`` (static
+        analysis of compiled code: ptxas, SASS); the site labels it so, never with this run's device."""
         why = units.problem(unit)
         if why:
             raise ValueError(f"metric {name}: {why}")
@@ -234,6 +237,10 @@ class Run:
             entry["cache_resident"] = True
         if signed:
             entry["signed"] = True
+        if origin not in record.ORIGINS:
+            raise ValueError(f"metric {name}: origin {origin!r} is not one of {', '.join(record.ORIGINS)}")
+        if origin != "measured":
+            entry["origin"] = origin
         self.metrics[name] = entry
 
     def table(self, name: str, title: str, columns: list[str], rows: list[list]) -> None:
