@@ -120,9 +120,11 @@ def test_topic_page_shows_measured_table_and_plot(page):
     load(page, "topics/kernel-fusion/", "topic-kernel-fusion")
     page.locator(".tabbed-labels label", has_text="CPU").first.click()
     block = page.locator(".tabbed-block:visible").first
-    assert block.locator("table").first.is_visible()
+    plot = block.locator("img").first  # the evidence: the run's first plot, then a provenance chip
+    assert plot.is_visible() and block.locator(".mm-prov a", has_text="record").first.is_visible()
+    block.locator("details.mm-run > summary").first.click()  # the rest of the run, one click away
+    assert block.locator("details.mm-run table").first.is_visible()
     assert "GB/s" in block.inner_text() and "Measured on" in block.inner_text()
-    plot = block.locator("img").first
     plot.scroll_into_view_if_needed()
     page.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=plot.element_handle(), timeout=10_000)
     block.screenshot(path=str(SHOTS / "topic-measured-cpu.png"))
@@ -139,7 +141,7 @@ def test_device_tabs_switch(page):
     assert sorted(names) == sorted(datasheets.label(c) for c in classes) and names[-1] == "CPU"
     labels.nth(0).click()
     first = page.locator(".tabbed-block:visible").first.inner_text()
-    assert "Measured on" in first
+    assert "This run:" in first  # every tab: its evidence, its provenance chip, the rest of its run folded
     if len(names) > 1:  # a GPU record exists: choosing another device shows its own numbers
         labels.nth(len(names) - 1).click()
         assert page.locator(".tabbed-block:visible").first.inner_text() != first
@@ -201,7 +203,7 @@ def test_cheat_sheet_prints_on_at_most_two_a4_pages(page):
 
 
 def test_parallel_calculator_agrees_with_the_python_model(page):
-    load(page, "topics/parallelism/", "topic-parallelism")
+    load(page, "calculators/", "calculators")
     calculator = page.locator("#parallel-calculator")
     calculator.scroll_into_view_if_needed()
     assert page.locator("#pc-error").is_hidden()
@@ -308,7 +310,7 @@ def test_phone_viewport_has_no_page_wide_horizontal_scroll(chromium, server, pat
 
 
 def test_calculator_inputs_have_borders_and_headings_no_tooltip_underline(page):
-    page.goto(page.base + "topics/parallelism/")
+    page.goto(page.base + "calculators/")
     for selector in ("#pc-layers", "#pc-model"):
         style = page.locator(selector).evaluate(
             "e => { const s = getComputedStyle(e); return [s.borderTopStyle, parseFloat(s.borderTopWidth)]; }")

@@ -100,7 +100,7 @@ def test_a_gpu_number_without_a_record_takes_its_sentence_and_the_page_names_it_
     assert "Then more prose, wrapped." in out and "Fractions of copy" not in out and "- control" not in out
     assert "| cpu |" in out and "| gpu |" not in out
     note = [line for line in out.splitlines() if "mm-pending-note" in line]
-    assert len(note) == 1 and "Not yet measured on a GPU: 6 numbers of kernel\\_fusion." in note[0], note
+    assert len(note) == 1 and "Still to measure on a GPU: 6 numbers of kernel\\_fusion." in note[0], note
     assert "scripts.regen" not in note[0]
     lead = page("*On a GPU.* It is {{ metric kernel_fusion chain.eager.gbps @gpu }}.\n\nNext.", records)
     assert lead.strip() == "Next."  # an emphasised lead-in left alone goes with what it led
@@ -238,7 +238,7 @@ def test_a_long_table_is_summarised_with_the_full_table_folded_and_units_kept():
     summary, folded = html.split("<details", 1)[0], html.split("Full table: a long sweep (30 rows)", 1)
     assert len(folded) == 2, "the full table is folded under its own summary line"
     assert "<th>time (ms)</th>" in summary and "<td>v0</td>" in summary and "<td>v29</td>" in summary
-    assert "<td>v10</td>" not in summary and "21 more rows" in summary
+    assert "<td>v10</td>" not in summary and "23 more rows" in summary
     assert all(f"<td>v{i}</td>" in folded[1] for i in range(30))
     short = make_record(series=[])
     html = site_markdown(page("{{ results kernel_fusion }}", {"cpu": short}))
@@ -344,3 +344,16 @@ def test_a_block_marker_inside_a_fold_renders_inside_it():
     assert all(not line or line.startswith("    ") for line in body), [l for l in body if l and l[0] != " "][:3]
     html = site_markdown(out)
     assert html.index("x = f(y)") < html.index("<table>") < html.rindex("</details>") < html.index("<p>After.</p>")
+
+
+def test_only_a_measured_value_carries_its_device():
+    """Issue 32 item 3: a value computed from a formula, read from a datasheet or found by static analysis says so,
+    never "(CPU)"; the kind is the record's (the metric's origin), not words in a label."""
+    rec = make_record()
+    rec["metrics"]["ridge"] = {"value": 295.0, "unit": "FLOP/byte", "origin": "datasheet"}
+    rec["metrics"]["step"] = {"value": 4.922, "unit": "s", "origin": "computed"}
+    rec["metrics"]["regs"] = {"value": 0.75, "unit": "fraction", "origin": "static"}
+    out = page("{{ metric kernel_fusion ridge @cpu }}; {{ metric kernel_fusion step @cpu }}; "
+               "{{ metric kernel_fusion regs @cpu }}; {{ metric kernel_fusion chain.eager.gbps @cpu }}", {"cpu": rec})
+    assert "295 FLOP/byte (datasheet)" in out and "4.92 s (computed)" in out and "75% (static analysis)" in out
+    assert "10.0 GB/s (CPU)" in out and out.count("(CPU)") == 1 and 'data-origin="datasheet"' in out

@@ -150,8 +150,8 @@ def _indent(text: str, n: int = 4) -> str:
 
 
 def _cell(v) -> str:
-    if v is None:  # the demo had no value for this cell (a variant not run, no event): said, never a bare dash
-        return "n/a"
+    if v is None or (isinstance(v, str) and v.strip() in ("-", "–", "—")):  # no value here (a variant not run, no
+        return "n/a"                                                        # event): said, never a bare dash
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):  # as the demo rounded it; thousands separated
@@ -168,8 +168,8 @@ def _short_float(v: float) -> str:
     return text if digits <= CELL_DIGITS + 1 else f"{v:.{CELL_DIGITS}g}"
 
 
-LONG_TABLE_ROWS = 12  # a longer table is summarised (its first and last rows) with the full table folded below
-SUMMARY_HEAD, SUMMARY_TAIL = 6, 3
+LONG_TABLE_ROWS = 10  # a longer table is summarised (its first and last rows) with the full table folded below
+SUMMARY_HEAD, SUMMARY_TAIL = 5, 2
 WIDE_TABLE_COLUMNS = 8  # a wider table gets the compact style (smaller type, tighter cells)
 
 
@@ -257,7 +257,7 @@ def device_tab(rec: Record, state: str, page_dir: str) -> str:
     bits = ["provenance", "ceilings"]
     bits += [plural(n, noun) for n, noun in ((len(rest) - more_plots, "more table"), (more_plots, "more plot")) if n]
     title = "This run: " + ", ".join(bits + [plural(len(checks), "correctness check")])
-    fold = f'??? info "{title}"\n\n' + "\n\n".join(_indent(part) for part in folded)
+    fold = f'??? info mm-run "{title}"\n\n' + "\n\n".join(_indent(part) for part in folded)
     return "\n\n".join(x for x in (evidence, provenance_chip(rec, state, record_url), fold) if x)
 
 
@@ -292,6 +292,9 @@ def pending(demo: str) -> str:
     return f"\ue000{demo}\ue001"
 
 
+ORIGIN_LABELS = {"computed": "computed", "datasheet": "datasheet", "static": "static analysis"}
+
+
 def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     device = marker.device
     if device == "gpu":  # whichever GPU has it, the newest measurement first
@@ -299,7 +302,9 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     rec = records.get(device)
     if rec is None:
         return pending(marker.demo)
-    label = catalog.device_label(device)
+    metric = rec.metrics.get(marker.metric.name)
+    # only a value measured in this run carries its device; a computed, datasheet or static-analysis one says so
+    label = catalog.device_label(device) if metric is None or metric.measured else ORIGIN_LABELS[metric.origin]
     try:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
@@ -307,7 +312,9 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
             return pending(marker.demo)
         return f'<span class="mm-value mm-missing">not measured on {esc(label)}</span>'
     # data-metric, not title: a title becomes a theme tooltip, and a page with hundreds of them loads slowly
-    return f'<span class="mm-value" data-metric="{attr(marker.metric.name)}">{fmt_value(value, unit)} ({esc(label)})</span>'
+    origin = "" if metric.measured else f' data-origin="{metric.origin}"'
+    return (f'<span class="mm-value" data-metric="{attr(marker.metric.name)}"{origin}>{fmt_value(value, unit)} '
+            f'({esc(label)})</span>')
 
 
 SNIPPET = re.compile(r"-{1,}8<-{1,}")  # pymdownx.snippets' include marker: an artifact must stay inert text
@@ -460,7 +467,7 @@ def drop_pending(markdown: str, lost: list[str] | None = None) -> str:
     text = "".join(out)
     names = ", ".join(f"{n} number{'s' if n > 1 else ''} of {esc(d)}" if i == 0 else f"{n} of {esc(d)}"
                       for i, (d, n) in enumerate(counts.items()))
-    note = f'\n\n<p class="mm-pending-note" markdown>Not yet measured on a GPU: {names}.</p>\n'  # how: contributing
+    note = f'\n\n<p class="mm-pending-note" markdown>Still to measure on a GPU: {names}.</p>\n'  # how: contributing
     return re.sub(r"^## Measured[ \t]*$", lambda m: m.group(0) + note, text, count=1, flags=re.M)
 
 

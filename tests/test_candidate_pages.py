@@ -1,0 +1,77 @@
+"""Candidate-first pages (issue 32), in a real browser at 1280x800 and 390x844: every topic page reads in one
+sitting with its folds closed, and nothing in the reader's path is machinery or a mislabelled number.
+
+Per topic page, at both sizes: no bare dash where a value belongs; only measured values carry a device (a
+computed, datasheet or static-analysis value says so); no unit printed twice ("64 GPUs GPUs"); no claim shown as
+an expression; every 30-second answer at most 90 words as rendered. At 1280x800 the page, folds closed, is under
+PAGE_HEIGHT_MAX px.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from test_browser import DESKTOP, PHONE, _context_page, server, topic_paths  # noqa: F401 (server: a fixture)
+
+pytestmark = pytest.mark.slow
+
+PAGE_HEIGHT_MAX = 12_000  # px at 1280x800, every fold closed: a topic page read in one sitting
+WORDS_MAX = 90  # a 30-second answer, as rendered
+
+READ_PAGE = r"""() => {
+  const main = document.querySelector('.md-content article') || document.body;
+  const visible = (e) => e.offsetParent !== null;
+  // a value cell or item that is only a dash ("–", "—", "-"), or a label followed by one ("control: –")
+  const dashes = [...main.querySelectorAll('td, li, p')].filter(visible)
+    .map((e) => e.innerText.trim()).filter((t) => /^[–—-]$|:\s*[–—]\s*(;\s*[–—]\s*)*\.?$/.test(t));
+  const mislabelled = [...main.querySelectorAll('.mm-value[data-origin]')]
+    .map((e) => e.innerText.trim()).filter((t) => !/\((computed|datasheet|static analysis)\)$/.test(t));
+  // a value's unit repeated by the words after it: "64 GPUs (computed) GPUs"
+  const doubled = [...main.querySelectorAll('.mm-value')].map((e) => {
+    const unit = (e.innerText.match(/^\S+\s+([A-Za-z][\w/-]*)\s*\(/) || [])[1];
+    const next = e.nextSibling && e.nextSibling.nodeType === 3 ? e.nextSibling.textContent : '';
+    const word = (next.match(/^\s*([A-Za-z][\w/-]*)/) || [])[1];
+    return unit && word && unit === word ? e.innerText + next.slice(0, 20) : null;
+  }).filter(Boolean);
+  const expressions = (main.innerText.match(/(✓ holds|✗ contradicted) on [^\n]{0,40}/g) || [])
+    .concat([...main.querySelectorAll('.mm-claim-expr')].map((e) => e.innerText));
+  // the 30-second answers: the paragraphs between the section's heading and the next h2
+  const answers = [];
+  const start = main.querySelector('h2[id="30-second-answer"]');
+  for (let e = start && start.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSibling) {
+    const question = e.querySelector('strong');  // each answer opens with its question in bold: not counted
+    if (e.tagName === 'P') answers.push(question ? e.innerText.replace(question.innerText, '') : e.innerText);
+  }
+  return {height: document.documentElement.scrollHeight, dashes, mislabelled, doubled, expressions, answers};
+}"""
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"[A-Za-z0-9][\w'.%/+-]*", text))
+
+
+def read(chromium, server, path, viewport):  # noqa: F811 (server: the fixture)
+    context, pg, errors = _context_page(chromium, server, viewport)
+    try:
+        pg.goto(server + path, wait_until="load")
+        return pg.evaluate(READ_PAGE), errors
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
+@pytest.mark.parametrize("path", topic_paths())
+def test_a_topic_page_puts_the_answer_first_and_no_machinery_in_the_way(chromium, server, path, viewport):  # noqa: F811
+    page, errors = read(chromium, server, path, viewport)
+    assert not errors, errors
+    assert not page["dashes"], f"{path}: bare dashes where values belong: {page['dashes'][:5]}"
+    assert not page["mislabelled"], f"{path}: a value not measured carries a device: {page['mislabelled'][:5]}"
+    assert not page["doubled"], f"{path}: a unit printed twice: {page['doubled'][:5]}"
+    assert not page["expressions"], f"{path}: a claim shown as an expression: {page['expressions'][:3]}"
+    assert page["answers"], f"{path}: no 30-second answer found"
+    long = [(words(a), a[:60]) for a in page["answers"] if words(a) > WORDS_MAX]
+    assert not long, f"{path}: 30-second answers over {WORDS_MAX} words as rendered: {long}"
+    if viewport == DESKTOP:
+        assert page["height"] < PAGE_HEIGHT_MAX, f"{path} is {page['height']:,} px tall with its folds closed"
