@@ -111,7 +111,7 @@ def load(pg, path: str, name: str) -> None:
 def test_home_renders(page):
     load(page, "", "home")
     assert page.locator("h1").first.inner_text().startswith("ML Systems, Measured")
-    assert page.get_by_role("heading", name="Study plans").is_visible()
+    assert page.get_by_role("heading", name="Start here: one evening").is_visible()
     assert page.locator("table").first.is_visible()  # the topic map
     assert page.get_by_role("link", name="Kernel fusion").first.is_visible()
 
@@ -335,7 +335,7 @@ def test_plots_follow_the_dark_theme(chromium, server):
 
 
 @pytest.mark.parametrize("query, topic", [
-    ("all-reduce", ("parallelism", "training-at-scale")),  # both ask about it: collectives, and DDP's overlap
+    ("all-reduce", "parallelism"),  # the page of the collectives (training at scale asks about DDP's overlap)
     ("graph break", "model-to-gpu-pipeline"),
     ("KV cache", "attention-and-serving"),
     ("FlashAttention", "attention-and-serving"),
@@ -353,6 +353,22 @@ def test_search_ranks_the_topic_page_that_answers_first(page, query, topic):
     title = page.locator(".md-search-result__item").first.locator("h1").first.inner_text()
     topics = (topic,) if isinstance(topic, str) else topic
     assert any(f"topics/{t}/" in href for t in topics), f"first result for {query!r}: {title!r} ({href})"
+
+
+@pytest.mark.parametrize("query, path", [
+    ("calculator", "calculators/"), ("sizing problems", "sizing/"), ("cheat sheet", "cheat-sheet/"),
+])
+def test_search_finds_the_tools_by_name(page, query, path):
+    """Issue 32 item 6: the calculators, the sizing problems and the cheat sheet are in the index (ranked below the
+    topic pages, so a question's answer still comes first)."""
+    page.goto(page.base)
+    page.locator("label.md-search__icon, .md-search__input").first.click()
+    page.wait_for_function("() => document.querySelector('.md-search-result__meta')")
+    page.locator("input.md-search__input").press_sequentially(query, delay=20)
+    page.locator(".md-search-result__item").first.wait_for(timeout=10_000)
+    page.wait_for_timeout(300)
+    hrefs = [a.get_attribute("href") for a in page.locator(".md-search-result__item > a").all()[:3]]
+    assert any(h.split("?")[0].split("#")[0].endswith(path) for h in hrefs), f"{query!r}: {hrefs}"
 
 
 def test_search_index_loads_only_when_search_is_used(chromium, server):

@@ -133,6 +133,14 @@ def test_the_forms_show_the_python_answers(page):
     sv = sizing.serving(8.03e9, 2, 1, 4800.0, 141, 32, 8192, 32, 8, 128, 2)
     assert _out(page, "sv-out-max-batch") == str(sv["max_batch"])
     assert "NaN" not in page.locator("body").inner_text()
+    # issue 32 item 9: a model whose weights do not fit gets no decode bound: 138 GB of bf16 weights, one 80 GB H100
+    page.locator("#serving-calculator [data-preset='gpu']").select_option("h100")
+    set_field(page, "sv-params", 69)
+    big = sizing.serving(69e9, 2, 1, 3350.0, 80, 32, 8192, 80, 8, 128, 2)
+    assert not big["weights_fit"] and big["gpus_for_weights"] == 2
+    for out in ("step", "tokens", "per-seq", "max-batch"):
+        shown = page.locator(f"#serving-calculator [data-out='{out}']").inner_text()
+        assert shown == "the weights do not fit: they need ≥ 2 GPUs of 80 GB", (out, shown)
 
 
 def test_inputs_have_visible_borders(page):

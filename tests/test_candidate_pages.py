@@ -75,3 +75,23 @@ def test_a_topic_page_puts_the_answer_first_and_no_machinery_in_the_way(chromium
     assert not long, f"{path}: 30-second answers over {WORDS_MAX} words as rendered: {long}"
     if viewport == DESKTOP:
         assert page["height"] < PAGE_HEIGHT_MAX, f"{path} is {page['height']:,} px tall with its folds closed"
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
+def test_home_starts_with_one_evening_and_every_topic_within_two_screens(chromium, server, viewport):  # noqa: F811
+    """Issue 32 item 10: a 'start here' path for one evening, then a link to every topic page, all of them within
+    the first two screens."""
+    context, pg, errors = _context_page(chromium, server, viewport)
+    try:
+        pg.goto(server, wait_until="load")
+        plan = pg.locator("h2#start-here-one-evening + p + ol a")
+        assert plan.count() >= 5, "the one-evening plan links its topics"
+        links = pg.evaluate("""() => [...document.querySelectorAll('.mm-topic-links a')]
+            .map((a) => [a.getAttribute('href'), a.getBoundingClientRect().bottom + window.scrollY])""")
+    finally:
+        context.close()
+    assert not errors, errors
+    assert sorted(href.split("/")[1] for href, _ in links) == sorted(p.removeprefix("topics/").strip("/")
+                                                                      for p in topic_paths())
+    below = [href for href, bottom in links if bottom > 2 * viewport["height"]]
+    assert not below, f"topic links below the first two screens at {viewport}: {below}"

@@ -357,3 +357,8 @@ def test_only_a_measured_value_carries_its_device():
                "{{ metric kernel_fusion regs @cpu }}; {{ metric kernel_fusion chain.eager.gbps @cpu }}", {"cpu": rec})
     assert "295 FLOP/byte (datasheet)" in out and "4.92 s (computed)" in out and "75% (static analysis)" in out
     assert "10.0 GB/s (CPU)" in out and out.count("(CPU)") == 1 and 'data-origin="datasheet"' in out
+    old_gpu = make_record(device_class="h200")  # made before metrics said their origin: its CPU record's applies
+    old_gpu["metrics"]["ridge"] = {"value": 295.0, "unit": "FLOP/byte"}
+    out = page("{{ metric kernel_fusion ridge @gpu }}; {{ metric kernel_fusion chain.eager.gbps @gpu }}",
+               {"cpu": rec, "h200": old_gpu})
+    assert "295 FLOP/byte (datasheet)" in out and "10.0 GB/s (H200)" in out

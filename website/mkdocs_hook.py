@@ -33,6 +33,8 @@ from website import markers, notebooks, page_safety, render, search, site_pages 
 from website.markers import MarkerError  # noqa: E402
 
 TOPIC_SEARCH_BOOST = 4
+TOOL_PAGES = ("calculators.md", "sizing.md", "cheat-sheet.md")  # found by search, ranked below the answers
+TOOL_SEARCH_BOOST = 0.5
 
 
 def _card_configs(config) -> dict:
@@ -86,10 +88,13 @@ def on_page_markdown(markdown, page, config, files):
         # the page that answers a question ranks above pages that only use its words (the glossary, ...)
         page.meta.setdefault("search", {}).setdefault("boost", TOPIC_SEARCH_BOOST)
 
-    # not in the search index: titles by tag; answers repeated from the topic pages; the contributors'
-    # guide (read from the navigation): the index every page loads stays under its budget (tests/test_site.py)
-    if src_uri in ("tags.md", "cheat-sheet.md", "contributing.md"):
+    # not in the search index: titles by tag; the contributors' guide (read from the navigation): the index every
+    # page loads stays under its budget (tests/test_site.py)
+    if src_uri in ("tags.md", "contributing.md"):
         page.meta["search"] = {"exclude": True}
+    # the tools a candidate looks for by name are found, below the topic pages that answer the question
+    if src_uri in TOOL_PAGES:
+        page.meta["search"] = {"boost": TOOL_SEARCH_BOOST}
 
     def to_html(fragment: str, topic) -> str:  # a fragment of a topic page, for practice cards
         text = render.render_page(fragment, src_uri)

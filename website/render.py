@@ -295,6 +295,19 @@ def pending(demo: str) -> str:
 ORIGIN_LABELS = {"computed": "computed", "datasheet": "datasheet", "static": "static analysis"}
 
 
+def origin_of(name: str, rec: Record, records: dict[str, Record]) -> str:
+    """What a metric's value is: its record says. A GPU record made before metrics said it takes the origin its
+    demo's CPU record gives the same metric (the check keeps CPU records fresh): the origin is a property of the
+    demo's code, not of the device, and the GPU record's next measurement writes it."""
+    metric = rec.metrics.get(name)
+    if metric is None or not metric.measured:
+        return metric.origin if metric is not None else "measured"
+    cpu = records.get("cpu")
+    if devices.is_gpu_class(rec.device_class) and cpu is not None and name in cpu.metrics:
+        return cpu.metrics[name].origin
+    return "measured"
+
+
 def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     device = marker.device
     if device == "gpu":  # whichever GPU has it, the newest measurement first
@@ -304,7 +317,8 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
         return pending(marker.demo)
     metric = rec.metrics.get(marker.metric.name)
     # only a value measured in this run carries its device; a computed, datasheet or static-analysis one says so
-    label = catalog.device_label(device) if metric is None or metric.measured else ORIGIN_LABELS[metric.origin]
+    origin = origin_of(marker.metric.name, rec, records)
+    label = catalog.device_label(device) if origin == "measured" else ORIGIN_LABELS[origin]
     try:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
@@ -312,8 +326,8 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
             return pending(marker.demo)
         return f'<span class="mm-value mm-missing">not measured on {esc(label)}</span>'
     # data-metric, not title: a title becomes a theme tooltip, and a page with hundreds of them loads slowly
-    origin = "" if metric.measured else f' data-origin="{metric.origin}"'
-    return (f'<span class="mm-value" data-metric="{attr(marker.metric.name)}"{origin}>{fmt_value(value, unit)} '
+    kind = "" if origin == "measured" else f' data-origin="{origin}"'
+    return (f'<span class="mm-value" data-metric="{attr(marker.metric.name)}"{kind}>{fmt_value(value, unit)} '
             f'({esc(label)})</span>')
 
 

@@ -189,10 +189,36 @@ def topic_map(from_dir: str, docs: Path = DOCS) -> str:
     return "\n".join(rows)
 
 
-def study_plans(from_dir: str, docs: Path = DOCS) -> str:
+def _plan_steps(plan: dict, from_dir: str, docs: Path) -> list[str]:
     pages = topic_pages(docs)
     out = []
-    for plan in curriculum(docs)["plans"]:
+    for n, step in enumerate(plan["steps"], 1):
+        info = curriculum(docs)["topics"][step["topic"]]
+        mine = [p for p in pages if p.topic == step["topic"]]
+        target = ", ".join(f"[{p.title}]({_link(p, from_dir)})" for p in mine) or f"{info['title']} *(coming)*"
+        out.append(f"{n}. {target}: {step['why']}")
+    return out
+
+
+def start_here(from_dir: str, docs: Path = DOCS) -> str:
+    """The home page's first block: the curriculum's first plan (one evening), each step a link."""
+    plan = curriculum(docs)["plans"][0]
+    return "\n".join([f"{plan['blurb']}\n", *_plan_steps(plan, from_dir, docs)])
+
+
+def topic_links(from_dir: str, docs: Path = DOCS) -> str:
+    """Every topic page, one short link each, in curriculum order: all of them within the home page's first
+    screens."""
+    order = list(curriculum(docs)["topics"])
+    pages = sorted(topic_pages(docs), key=lambda p: (order.index(p.topic) if p.topic in order else len(order), p.title))
+    items = "\n".join(f"- {p.topic} [{p.title}]({_link(p, from_dir)})" for p in pages)
+    return f'<div class="mm-topic-links" markdown>\n\n{items}\n\n</div>'
+
+
+def study_plans(from_dir: str, docs: Path = DOCS, skip: int = 0) -> str:
+    pages = topic_pages(docs)
+    out = []
+    for plan in curriculum(docs)["plans"][skip:]:
         out.append(f"### {plan['name']}\n\n{plan['blurb']}\n")
         for n, step in enumerate(plan["steps"], 1):
             info = curriculum(docs)["topics"][step["topic"]]
@@ -269,21 +295,14 @@ def machine_balance() -> str:
 
 
 def cheat_sheet(from_dir: str, docs: Path = DOCS) -> str:
+    """Every topic's `cheat:` front matter (its formulas, numbers with their device and one pitfall), after the
+    ridge points; a page without one is still listed, so no topic goes missing (the check requires the entry)."""
     out = [machine_balance(), ""]
     for p in topic_pages(docs):
         meta, _ = front_matter((docs / p.src_uri).read_text(encoding="utf-8"), f"docs/{p.src_uri}")
         lines = str(meta.get("cheat") or "").strip()
-        measured = [first_metric(a, docs) for _, a in short_answers(p.sections.get("30-second answer", ""))]
-        measured = [m for m in measured if m]
-        if not lines and not measured:
-            continue  # a page with neither yet: nothing to reread
         out.append(f"## {p.topic}. {p.title} [→]({_link(p, from_dir)})\n")
-        if lines:
-            out.append(relink(lines, p, from_dir) + "\n")
-        if measured:
-            out.append("*Measured:*\n")
-            out += [f"- {label}: {marker}" for marker, label in dict.fromkeys(measured)]
-            out.append("")
+        out.append(relink(lines, p, from_dir) + "\n" if lines else "")
     return "\n".join(out)
 
 
@@ -408,6 +427,12 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
             return topic_map(from_dir, docs)
         if name == "study-plans":
             return study_plans(from_dir, docs)
+        if name == "more-study-plans":  # the plans after the first, which the home page shows as "start here"
+            return study_plans(from_dir, docs, skip=1)
+        if name == "start-here":
+            return start_here(from_dir, docs)
+        if name == "topic-links":
+            return topic_links(from_dir, docs)
         if name == "cheat-sheet":
             return cheat_sheet(from_dir, docs)
         if name == "glossary":

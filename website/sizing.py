@@ -108,9 +108,12 @@ def serving(params: float, weight_bytes: float, gpus: int, bandwidth_gbs: float,
     step_s = step_bytes / (gpus * bandwidth_gbs * GB)
     free = gpus * memory_gb * GB - weights
     max_batch = max(0, math.floor(free / kv_seq)) if kv_seq > 0 else 0
+    # weights that do not fit in the GPUs' memory give no decode bound at all: the calculator refuses them
+    gpus_for_weights = math.ceil(weights / (memory_gb * GB)) if memory_gb > 0 else 0
     return {"weights_bytes": weights, "kv_bytes_per_sequence": kv_seq, "kv_replicas": replicas, "step_bytes": step_bytes, "step_s": step_s,
             "tokens_per_s": batch / step_s, "tokens_per_s_per_sequence": 1.0 / step_s, "free_bytes": free,
-            "max_batch": max_batch, "fits": batch <= max_batch}
+            "max_batch": max_batch, "fits": batch <= max_batch, "weights_fit": free >= 0,
+            "gpus_for_weights": gpus_for_weights}
 
 
 def all_reduce(n_bytes: float, gpus: int, link: str) -> dict:

@@ -71,9 +71,11 @@
     const stepS = stepBytes / (c.gpus * c.bandwidth_gbs * GB);
     const free = c.gpus * c.memory_gb * GB - weights;
     const maxBatch = kvSeq > 0 ? Math.max(0, Math.floor(free / kvSeq)) : 0;
+    // weights that do not fit in the GPUs' memory give no decode bound at all: the calculator refuses them
+    const gpusForWeights = c.memory_gb > 0 ? Math.ceil(weights / (c.memory_gb * GB)) : 0;
     return { weights_bytes: weights, kv_bytes_per_sequence: kvSeq, kv_replicas: replicas, step_bytes: stepBytes, step_s: stepS,
              tokens_per_s: c.batch / stepS, tokens_per_s_per_sequence: 1.0 / stepS, free_bytes: free,
-             max_batch: maxBatch, fits: c.batch <= maxBatch };
+             max_batch: maxBatch, fits: c.batch <= maxBatch, weights_fit: free >= 0, gpus_for_weights: gpusForWeights };
   }
 
   // Published configs (papers / model cards, cited on docs/calculators.md) and the GPU presets, whose figures
@@ -207,6 +209,11 @@
       if (!allFinite(r)) return false;
       setOut(root, "weights", fmtBytes(r.weights_bytes));
       setOut(root, "kv-seq", fmtBytes(r.kv_bytes_per_sequence));
+      if (!r.weights_fit) {  // no bound to print: the weights alone overflow the GPUs
+        const why = `the weights do not fit: they need ≥ ${r.gpus_for_weights} GPUs of ${v.memory_gb} GB`;
+        for (const k of ["step", "tokens", "per-seq", "max-batch"]) setOut(root, k, why);
+        return;
+      }
       setOut(root, "step", `${(r.step_s * 1e3).toFixed(2)} ms`);
       setOut(root, "tokens", `${r.tokens_per_s.toFixed(0)} tokens/s`);
       setOut(root, "per-seq", `${r.tokens_per_s_per_sequence.toFixed(1)} tokens/s`);
