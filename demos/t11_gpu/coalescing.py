@@ -69,12 +69,12 @@ rows = []
 for k in STRIDES:
     sectors = sectors_per_request(k)
     rows.append([k, sectors, sectors * 32, round(128 / (sectors * 32), 3)])
-    run.metric(f"model.stride{k}.sectors", sectors, "sectors", label=f"stride {k}: 32-byte sectors per warp load")
+    run.metric(f"model.stride{k}.sectors", sectors, "sectors", label=f"stride {k}: 32-byte sectors per warp load", origin="computed")
 run.table("sector_model", "Address model: one warp loading 32 floats with a stride",
           ["stride (words)", "sectors per request", "bytes moved", "useful fraction"], rows)
 for pad in (0, 1):
     run.metric(f"model.bank_conflict_pad{pad}", bank_conflict_degree(pad), "way",
-               label=f"tile[32][{32 + pad}] column read: bank-conflict degree (accesses serialised)")
+               label=f"tile[32][{32 + pad}] column read: bank-conflict degree (accesses serialised)", origin="computed")
 run.check("model.coalesced", sectors_per_request(1) == 4 and sectors_per_request(32) == 32,
           "stride 1: 4 sectors (one 128-byte line); stride 32: 32 sectors")
 
@@ -170,9 +170,9 @@ else:
                                                                             "st.shared", "bar.sync")}
         rows.append([kernel, usage[kernel]["registers"], usage[kernel]["smem_bytes"], *counts.values()])
         run.metric(f"cuda.{kernel}.smem_bytes", usage[kernel]["smem_bytes"], "bytes",
-                   label=f"{kernel}: static shared memory per block (ptxas, sm_90)")
+                   label=f"{kernel}: static shared memory per block (ptxas, sm_90)", origin="static")
         run.metric(f"cuda.{kernel}.ld_shared", counts["ld.shared"], "instructions",
-                   label=f"{kernel}: ld.shared instructions in the PTX")
+                   label=f"{kernel}: ld.shared instructions in the PTX", origin="static")
     run.table("ptxas", "CUDA kernels compiled for sm_90: ptxas resources and PTX memory instructions",
               ["kernel", "registers", "static smem (B)", "ld.global", "st.global", "ld.shared", "st.shared",
                "bar.sync"], rows)

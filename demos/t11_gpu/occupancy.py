@@ -79,8 +79,8 @@ for cap in MAXRREG:
 stream_regs = builds[None]["stream_scale"]["registers"]
 chase_regs = builds[None]["chase"]["registers"]
 stream4_regs = builds[None]["stream_scale4"]["registers"]
-run.metric("ptxas.stream_scale.registers", stream_regs, "registers", label="stream_scale: registers per thread (sm_90)")
-run.metric("ptxas.chase.registers", chase_regs, "registers", label="chase: registers per thread (sm_90, no cap)")
+run.metric("ptxas.stream_scale.registers", stream_regs, "registers", label="stream_scale: registers per thread (sm_90)", origin="static")
+run.metric("ptxas.chase.registers", chase_regs, "registers", label="chase: registers per thread (sm_90, no cap)", origin="static")
 
 # %% [markdown]
 # ## The sweep
@@ -108,14 +108,14 @@ for sweep, label, kernel, threads, regs, smem, spills, cap in points:
     rows.append([sweep, kernel, label, threads, regs, smem // 1024, spills, occ["blocks_per_sm"], occ["active_warps"],
                  round(100 * occ["occupancy"], 1), occ["limiter"]])
     key = f"{kernel}.{sweep.replace(' ', '_')}.{label.split()[0].replace('maxrregcount=', 'cap')}"
-    run.metric(f"theory.{key}", 100 * occ["occupancy"], "%", label=f"{kernel}, {label}: theoretical occupancy")
+    run.metric(f"theory.{key}", 100 * occ["occupancy"], "%", label=f"{kernel}, {label}: theoretical occupancy", origin="static")
 run.table("theory", "Theoretical occupancy on sm_90 from ptxas's registers and shared memory",
           ["sweep", "kernel", "point", "threads", "regs/thread", "dyn. smem (KB)", "spill bytes", "blocks/SM",
            "warps/SM", "occupancy %", "limited by"], rows)
 
 capped = builds[24]["chase"]
 run.metric("ptxas.chase.cap24.spill_bytes", capped["spill_store_bytes"] + capped["spill_load_bytes"], "bytes",
-           label="chase at maxrregcount=24: spill stores + loads per thread (ptxas)")
+           label="chase at maxrregcount=24: spill stores + loads per thread (ptxas)", origin="static")
 run.check("ptxas.cap_respected", all(builds[c]["chase"]["registers"] <= c for c in MAXRREG if c),
           "every capped build uses at most its cap")
 

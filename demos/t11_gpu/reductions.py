@@ -144,7 +144,7 @@ else:
         counts = {op: len(re.findall(rf"\b{op}", bodies[kernel])) for op in ("shfl.sync", "bar.sync", "ld.shared",
                                                                             "atom.global", "red.global")}
         rows.append([kernel, *counts.values()])
-        run.metric(f"ptx.{kernel}.shfl", counts["shfl.sync"], "instructions", label=f"{kernel}: shfl.sync in the PTX")
+        run.metric(f"ptx.{kernel}.shfl", counts["shfl.sync"], "instructions", label=f"{kernel}: shfl.sync in the PTX", origin="static")
     run.table("ptx", "Reduction kernels: instructions in the sm_90 PTX",
               ["kernel", "shfl.sync", "bar.sync", "ld.shared", "atom.global", "red.global"], rows)
     run.artifact("sum_shuffle.ptx", "\n".join(line for line in bodies["sum_shuffle"].splitlines()

@@ -80,7 +80,7 @@ run.metric("torch.mask_changed_fraction", torch_changed, "fraction",
 run.metric("jax.mask_changed_fraction", jax_changed, "fraction",
            label="JAX: fraction of a dropout mask that changed after one unrelated random call")
 run.metric("independent_masks_differ_fraction", CHANCE_DIFFERENT, "fraction",
-           label=f"two independent masks with keep probability {KEEP}: expected fraction that differs")
+           label=f"two independent masks with keep probability {KEEP}: expected fraction that differs", origin="computed")
 observations.append(["an unrelated random call is inserted before a dropout mask",
                      f"{100 * torch_changed:.1f}% of the mask changes", f"{100 * jax_changed:.1f}% changes"])
 

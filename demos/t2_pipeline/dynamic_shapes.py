@@ -152,7 +152,7 @@ run.table("strategies", f"Block forward, batch {batch}, width {width}, sequence 
 # %%
 padded_tokens = sum(-(-t // bucket) * bucket for t in lengths)
 run.metric("bucketing.padding_overhead", padded_tokens / sum(lengths), "x",
-           label="tokens computed with bucketing / real tokens")
+           label="tokens computed with bucketing / real tokens", origin="computed")
 for key in ("static", "automatic", "dynamic", "bucketing"):
     run.metric(f"{key}.steady_vs_eager", results["eager"]["steady_s"] / results[key]["steady_s"], "x",
                label=f"{key}: steady-state speedup over eager")

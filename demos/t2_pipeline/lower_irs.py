@@ -91,7 +91,7 @@ if compiled is not None:
     run.metric("aot.compile_s", compile_s, "s", label="Triton compile for sm_90, source to cubin, on the host")
     ir = {stage: low.without_locations(compiled.asm[stage]) for stage in low.STAGES}
     for stage in low.STAGES:
-        run.metric(f"{stage}.lines", len(ir[stage].splitlines()), "lines", label=f"{stage.upper()} (locations stripped)")
+        run.metric(f"{stage}.lines", len(ir[stage].splitlines()), "lines", label=f"{stage.upper()} (locations stripped)", origin="static")
     run.check("ptx.target", f".target sm_{ARCH}" in ir["ptx"], f"PTX targets sm_{ARCH}a or sm_{ARCH}")
     layout = next((line for line in ir["ttgir"].splitlines() if "blocked<" in line), "")
     run.check("ttgir.layout", bool(layout), layout or "no blocked layout in the TTGIR")
@@ -100,14 +100,14 @@ if compiled is not None:
     run.artifact("ttgir", low.excerpt(ir["ttgir"], 25))
     fma_calls = ir["llir"].count("@llvm.nvvm.fma.")
     run.metric("llir.fma_calls", fma_calls, "calls",
-               label="LLVM IR calls to FMA intrinsics (the erf polynomial; ftz and non-ftz variants, one kept)")
+               label="LLVM IR calls to FMA intrinsics (the erf polynomial; ftz and non-ftz variants, one kept)", origin="static")
     run.artifact("llir", low.grep(ir["llir"], r"^define|sreg|ld\.global|st\.global|ret void", 12,
                                   f"; LLVM IR, {len(ir['llir'].splitlines())} lines, per thread: the entry, the thread "
                                   f"and block ids, the 128-bit loads and store (inline PTX); {fma_calls} FMA intrinsic "
                                   "calls in between are the erf polynomial, for 8 elements per thread"))
     ptx_mem = [line for line in ir["ptx"].splitlines() if "ld.global" in line or "st.global" in line]
     run.metric("ptx.vector_memory_ops", sum(".v4" in line for line in ptx_mem), "instructions",
-               label="PTX global loads/stores of 4 x 32 bits")
+               label="PTX global loads/stores of 4 x 32 bits", origin="static")
     run.artifact("ptx", low.excerpt(ir["ptx"], 30) + "\n\n" +
                  low.grep(ir["ptx"], r"ld\.global|st\.global|ex2|cvt\.rn\.bf16", 14, "// global memory and conversions:"))
 
@@ -130,14 +130,14 @@ if sass is not None:
     counts = low.opcode_counts(instructions)
     run.check("sass.parsed", len(instructions) > 20 and any(o.startswith("STG") for o in counts),
               f"{len(instructions)} instructions, stores: {[o for o in counts if o.startswith('STG')]}")
-    run.metric("sass.instructions", len(instructions), "instructions", label="SASS instructions (sm_90)")
+    run.metric("sass.instructions", len(instructions), "instructions", label="SASS instructions (sm_90)", origin="static")
     regs = low.registers(usage)
     if regs is not None:
-        run.metric("sass.registers", regs, "registers", label="registers per thread (ptxas)")
+        run.metric("sass.registers", regs, "registers", label="registers per thread (ptxas)", origin="static")
     run.metric("sass.spills", sum(n for o, n in counts.items() if o.startswith(("LDL", "STL"))), "instructions",
-               label="local-memory loads/stores (register spills)")
+               label="local-memory loads/stores (register spills)", origin="static")
     run.metric("sass.wide_loads", sum(n for o, n in counts.items() if o.startswith("LDG") and o.endswith(".128")),
-               "instructions", label="128-bit global loads (LDG.E.128)")
+               "instructions", label="128-bit global loads (LDG.E.128)", origin="static")
     run.table("sass_opcodes", "SASS opcodes of the bias + GELU kernel (sm_90), most frequent first",
               ["opcode", "count"], [[o, c] for o, c in counts.most_common(16)])
     body = [i for i in instructions if not i.startswith("NOP")]

@@ -150,7 +150,7 @@ for phase, results in (("inference (forward)", inference), ("training step (forw
 run.table("peak_memory", f"Peak memory of the block, batch {batch} x seq {seq} x width {width} "
           f"({str(dtype).removeprefix('torch.')}; one activation = {activation_mb:.2f} MB)",
           ["phase", "variant", "peak allocated (MB)", "peak / one activation", "allocations"], rows)
-run.metric("activation_mb", activation_mb, "MB", label="one (batch, seq, width) activation, the size of the output")
+run.metric("activation_mb", activation_mb, "MB", label="one (batch, seq, width) activation, the size of the output", origin="computed")
 run.metric("inference.compile_s", compile_s, "s", label="first call of the compiled forward (includes Inductor start-up)")
 run.metric("training.compile_s", train_compile_s, "s", label="first call of the compiled training step")
 

@@ -27,8 +27,8 @@ model = make_mlp(MLP_SIZES[model_size]).to(run.torch_device)
 d_in = MLP_SIZES[model_size][0]
 weight_bytes = 4 * model.weight_count()
 flops_per_sample = model.flops_per_sample()
-run.metric("model.weight_mb", weight_bytes / 1e6, "MB", label="MLP weights, FP32")
-run.metric("model.mflop_per_sample", flops_per_sample / 1e6, "MFLOP", label="FLOPs per input row")
+run.metric("model.weight_mb", weight_bytes / 1e6, "MB", label="MLP weights, FP32", origin="computed")
+run.metric("model.mflop_per_sample", flops_per_sample / 1e6, "MFLOP", label="FLOPs per input row", origin="computed")
 
 # %% [markdown]
 # ## Two runtimes, one model, checked against each other

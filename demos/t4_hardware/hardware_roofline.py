@@ -76,27 +76,27 @@ for chip in CHIPS:
         cells.append(round(ridge, 1) if ridge else "")
         if ridge:
             run.metric(f"ridge.{chip}.{precision}", ridge, "FLOP/byte",
-                       label=f"{s['label']} {precision} ridge point (dense peak / memory bandwidth)")
+                       label=f"{s['label']} {precision} ridge point (dense peak / memory bandwidth)", origin="datasheet")
     main = peak(s, "bfloat16") or peak(s, "int8")
     per_watt = round(main / s["power_w"], 2) if s.get("power_w") else ""
     if s.get("power_w"):
         run.metric(f"per_watt.{chip}", 1e3 * main / s["power_w"], "GFLOP/J",
-                   label=f"{s['label']}: dense BF16 peak over maximum power")
+                   label=f"{s['label']}: dense BF16 peak over maximum power", origin="datasheet")
         run.metric(f"gbps_per_watt.{chip}", 1e3 * s["memory_gbps"] / s["power_w"], "MB/J",
-                   label=f"{s['label']}: memory bandwidth over maximum power")
+                   label=f"{s['label']}: memory bandwidth over maximum power", origin="datasheet")
     ridge_rows.append([s["label"], *cells, per_watt])
 run.table("ridges", "Ridge points (FLOP or op per byte of memory traffic) and peak per watt, computed",
           ["chip", "FP32", "BF16", "FP8", "INT8", "BF16 TFLOP/s per W"], ridge_rows)
 
 # Ratios a page can quote: the same chip family's memory generations, and data-center vs edge.
 run.metric("h200_over_h100.bandwidth", SHEETS["h200"]["memory_gbps"] / SHEETS["h100"]["memory_gbps"], "x",
-           label="H200 over H100 SXM memory bandwidth (same tensor peaks)")
+           label="H200 over H100 SXM memory bandwidth (same tensor peaks)", origin="datasheet")
 run.metric("h100_over_orin.bandwidth", SHEETS["h100"]["memory_gbps"] / SHEETS["jetson-agx-orin"]["memory_gbps"], "x",
-           label="H100 SXM over Jetson AGX Orin memory bandwidth")
+           label="H100 SXM over Jetson AGX Orin memory bandwidth", origin="datasheet")
 run.metric("h100_over_orin.bf16", peak(SHEETS["h100"], "bfloat16") / peak(SHEETS["jetson-agx-orin"], "bfloat16"), "x",
-           label="H100 SXM over Jetson AGX Orin (GPU) dense BF16 peak")
+           label="H100 SXM over Jetson AGX Orin (GPU) dense BF16 peak", origin="datasheet")
 run.metric("h100_over_l4.power", SHEETS["h100"]["power_w"] / SHEETS["l4"]["power_w"], "x",
-           label="H100 SXM over L4 maximum power")
+           label="H100 SXM over L4 maximum power", origin="datasheet")
 
 # %% [markdown]
 # ## The rooflines
@@ -194,7 +194,7 @@ for label, flops, nbytes, seconds, (th, (own_bw, own_fp32)) in kernels:
     bound = min(own_fp32, ai * own_bw / 1e3)
     fractions.append(achieved / bound)
     key = label.split(" (")[1].rstrip(")")
-    run.metric(f"kernel.{key}.intensity", ai, "FLOP/byte", label=f"{label}: FLOPs / bytes, from its shapes")
+    run.metric(f"kernel.{key}.intensity", ai, "FLOP/byte", label=f"{label}: FLOPs / bytes, from its shapes", origin="computed")
     run.metric(f"kernel.{key}.of_roofline", achieved / bound, "fraction",
                label=f"{label}: achieved FLOP rate over the roofline of its own run's ceilings at its intensity")
     side = "compute" if ai > own_fp32 * 1e3 / own_bw else "memory"

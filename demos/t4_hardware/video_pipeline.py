@@ -29,10 +29,10 @@ FPS, BUDGET = 30.0, 1 / 30.0
 net = Enhancer().to(run.torch_device).eval()
 pixels, pixels_1080p = height * width, 1080 * 1920
 scale_to_1080p = pixels_1080p / pixels
-run.metric("budget_ms", BUDGET * 1e3, "ms", label=f"frame budget at {FPS:g} fps (1 / fps)")
+run.metric("budget_ms", BUDGET * 1e3, "ms", label=f"frame budget at {FPS:g} fps (1 / fps)", origin="computed")
 run.metric("frame.pixels", pixels, "pixels", label=f"frame measured here: {width}x{height}")
-run.metric("frame.scale_to_1080p", scale_to_1080p, "x", label="1080p pixels over the measured frame's")
-run.metric("net.gflop_1080p", net.flops_per_pixel() * pixels_1080p / 1e9, "GFLOP", label="the net's FLOPs per 1080p frame")
+run.metric("frame.scale_to_1080p", scale_to_1080p, "x", label="1080p pixels over the measured frame's", origin="computed")
+run.metric("net.gflop_1080p", net.flops_per_pixel() * pixels_1080p / 1e9, "GFLOP", label="the net's FLOPs per 1080p frame", origin="computed")
 
 # %% [markdown]
 # ## The stages
@@ -135,10 +135,10 @@ for name, factor in (("measured", 1.0), ("1080p projected", scale_to_1080p)):
     key = "measured" if factor == 1.0 else "p1080"
     run.check(f"sim.{key}.conservation", len(lat) + dropped == n_frames,
               f"{len(lat)} processed + {dropped} dropped = {n_frames} frames")
-    run.metric(f"sim.{key}.p50_ms", pct(lat, 50) * 1e3, "ms", label=f"{name}: arrival-to-output latency p50 at 30 fps")
-    run.metric(f"sim.{key}.p99_ms", pct(lat, 99) * 1e3, "ms", label=f"{name}: arrival-to-output latency p99 at 30 fps")
-    run.metric(f"sim.{key}.dropped_fraction", dropped / n_frames, "fraction", label=f"{name}: frames dropped")
-    run.metric(f"sim.{key}.late_fraction", late / n_frames, "fraction", label=f"{name}: frames output after their 33.3 ms deadline")
+    run.metric(f"sim.{key}.p50_ms", pct(lat, 50) * 1e3, "ms", label=f"{name}: arrival-to-output latency p50 at 30 fps", origin="computed")
+    run.metric(f"sim.{key}.p99_ms", pct(lat, 99) * 1e3, "ms", label=f"{name}: arrival-to-output latency p99 at 30 fps", origin="computed")
+    run.metric(f"sim.{key}.dropped_fraction", dropped / n_frames, "fraction", label=f"{name}: frames dropped", origin="computed")
+    run.metric(f"sim.{key}.late_fraction", late / n_frames, "fraction", label=f"{name}: frames output after their 33.3 ms deadline", origin="computed")
     rows.append([name, round(pct(lat, 50) * 1e3, 2), round(pct(lat, 99) * 1e3, 2), dropped, late, n_frames])
 run.table("deadlines", "30 fps arrival simulation from the measured per-frame service times",
           ["frames", "p50 ms", "p99 ms", "dropped", "late", "total"], rows)
@@ -195,7 +195,7 @@ for chip in ("h100", "l4", "jetson-agx-orin"):
     compute_s = net.flops_per_pixel() * pixels_1080p / (s["tflops"]["float16"] * 1e12)
     memory_s = net.activation_bytes_per_pixel(2) * pixels_1080p / (s["memory_gbps"] * 1e9)
     bound = max(compute_s, memory_s)
-    run.metric(f"target.{chip}.bound_ms", bound * 1e3, "ms", label=f"{s['label']}: roofline lower bound per 1080p frame (FP16)")
+    run.metric(f"target.{chip}.bound_ms", bound * 1e3, "ms", label=f"{s['label']}: roofline lower bound per 1080p frame (FP16)", origin="computed")
     t_rows.append([s["label"], round(compute_s * 1e3, 3), round(memory_s * 1e3, 3),
                    "memory" if memory_s > compute_s else "compute", round(BUDGET / bound)])
 run.table("targets", "Lower bound per 1080p frame from published peaks (FP16, dense), and frames per budget",

@@ -140,8 +140,8 @@ for T in temperatures:
 
 # %%
 run.metric("teacher.acc", teacher_acc, "fraction", label="teacher, held-out accuracy")
-run.metric("teacher.params", n_params(teacher), "parameters", label="teacher parameters")
-run.metric("student.params", n_params(MLP(STUDENT_HIDDEN)), "parameters", label="student parameters")
+run.metric("teacher.params", n_params(teacher), "parameters", label="teacher parameters", origin="computed")
+run.metric("student.params", n_params(MLP(STUDENT_HIDDEN)), "parameters", label="student parameters", origin="computed")
 run.metric("teacher.train_s", teacher_info["train_s"], "s", label=f"teacher training ({TEACHER_EPOCHS} epochs)")
 device = run.torch_device  # training ran on the CPU (seconds); inference latency is measured on the run's device
 teacher_on_device, student = copy.deepcopy(teacher).to(device), MLP(STUDENT_HIDDEN).eval().to(device)

@@ -49,11 +49,11 @@ for name, (dtype, mantissa) in FORMATS.items():
     info = torch.finfo(dtype)
     vmax, vmin_sub = float(finite.max()), float(finite[finite > 0].min())
     run.check(f"{name}.max_matches_finfo", vmax == info.max, f"largest finite bit pattern {vmax} == finfo.max {info.max}")
-    run.metric(f"{name}.max", vmax, "in magnitude", label=f"{name}: largest finite value")
-    run.metric(f"{name}.min_subnormal", vmin_sub, "in magnitude", label=f"{name}: smallest positive value (subnormal)")
-    run.metric(f"{name}.min_normal", info.smallest_normal, "in magnitude", label=f"{name}: smallest normal value")
+    run.metric(f"{name}.max", vmax, "in magnitude", label=f"{name}: largest finite value", origin="computed")
+    run.metric(f"{name}.min_subnormal", vmin_sub, "in magnitude", label=f"{name}: smallest positive value (subnormal)", origin="computed")
+    run.metric(f"{name}.min_normal", info.smallest_normal, "in magnitude", label=f"{name}: smallest normal value", origin="computed")
     run.metric(f"{name}.dynamic_range_log2", torch.log2(torch.tensor(vmax / vmin_sub)).item(), "binades",
-               label=f"{name}: log2(max / smallest subnormal)")
+               label=f"{name}: log2(max / smallest subnormal)", origin="computed")
     rows.append([name, vmax, info.smallest_normal, vmin_sub, int(torch.isnan(v).sum()), int(torch.isinf(v).sum()),
                  len(values[name]), 2.0 ** -(mantissa + 1)])
 run.table("formats", "The two FP8 formats, from all 256 bit patterns",

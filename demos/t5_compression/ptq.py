@@ -199,8 +199,8 @@ n_rows = sum(l.weight.shape[0] for l in model.layers)
 sizes_b = {"fp32": tensor_bytes(model), "bf16": tensor_bytes(copy.deepcopy(model).to(torch.bfloat16)),
            "int8_per_channel": n_w + 4 * n_rows + 4 * n_b, "int4_per_channel": n_w // 2 + 4 * n_rows + 4 * n_b}
 for k, v in sizes_b.items():
-    run.metric(f"bytes.{k}", v, "bytes", label=f"model weights and biases, {k}")
-run.metric("bytes.fp32_over_int8", sizes_b["fp32"] / sizes_b["int8_per_channel"], "x", label="fp32 bytes over INT8 bytes")
+    run.metric(f"bytes.{k}", v, "bytes", label=f"model weights and biases, {k}", origin="computed")
+run.metric("bytes.fp32_over_int8", sizes_b["fp32"] / sizes_b["int8_per_channel"], "x", label="fp32 bytes over INT8 bytes", origin="computed")
 
 # %% [markdown]
 # ## Latency in PyTorch: is INT8 faster?

@@ -339,7 +339,7 @@ for name in ran:
     run.metric(f"{name}.time_growth", timing.median_s / results[name, shortest][0].median_s, "x",
                label=f"{name}: time at N={longest} over N={shortest}")
 run.metric("score_matrix_mib", score_matrix_bytes(longest) / 2**20, "MiB",
-           label=f"one N x N score matrix at N={longest}, all heads (computed)")
+           label=f"one N x N score matrix at N={longest}, all heads (computed)", origin="computed")
 if fused and "naive" in ran:  # else what failed is in not_run, and there is nothing to compare
     best = min(fused, key=lambda name: results[name, longest][0].median_s)
     run.metric("best_fused.speedup_vs_naive", results["naive", longest][0].median_s / results[best, longest][0].median_s,

@@ -356,25 +356,25 @@ run.series("tpot", "Time per output token vs load", "load (fraction of continuou
 
 for policy in SIMULATORS:
     run.metric(f"{policy}.max_tokens_per_s", max(results[policy, load]["tokens_per_s"] for load in LOADS), "tokens/s",
-               label=f"{policy}: highest throughput reached across the loads")
+               label=f"{policy}: highest throughput reached across the loads", origin="computed")
     for load in (0.1, 0.3, 0.5, 0.85):
         r = results[policy, load]
         tag = f"{policy}.load{round(100 * load)}"
         for q in ("p50", "p99", "ttft_p99", "tpot_p50", "tpot_p99"):
             run.metric(f"{tag}.{q}_ms", r[q] * 1e3, "ms", label=f"{policy}, load {load}: {q.replace('_', ' ')}"
-                       + ("" if q.startswith("tpot") else " latency"))
+                       + ("" if q.startswith("tpot") else " latency"), origin="computed")
         if not math.isnan(r["mean_batch"]):
-            run.metric(f"{tag}.mean_batch", r["mean_batch"], "requests", label=f"{policy}, load {load}: mean batch size")
-        run.metric(f"{tag}.tokens_per_s", r["tokens_per_s"], "tokens/s", label=f"{policy}, load {load}: throughput")
+            run.metric(f"{tag}.mean_batch", r["mean_batch"], "requests", label=f"{policy}, load {load}: mean batch size", origin="computed")
+        run.metric(f"{tag}.tokens_per_s", r["tokens_per_s"], "tokens/s", label=f"{policy}, load {load}: throughput", origin="computed")
 for load in (0.5, 0.85):
     tag = f"load{round(100 * load)}"
     run.metric(f"{tag}.p99_static_over_continuous", results["static", load]["p99"] / results["continuous", load]["p99"],
-               "x", label=f"load {load}: static batching's p99 latency over continuous batching's")
+               "x", label=f"load {load}: static batching's p99 latency over continuous batching's", origin="computed")
     run.metric(f"{tag}.ttft_p99_static_over_continuous",
                results["static", load]["ttft_p99"] / results["continuous", load]["ttft_p99"], "x",
-               label=f"load {load}: static batching's p99 TTFT over continuous batching's")
+               label=f"load {load}: static batching's p99 TTFT over continuous batching's", origin="computed")
 run.metric("littles_law.max_rel_error", max(little_errors), "fraction",
-           label="largest relative gap between L and lambda*W over every simulation")
+           label="largest relative gap between L and lambda*W over every simulation", origin="computed")
 run.metric("low_load.p50_over_service_time", low / alone_s, "x",
-           label=f"continuous batching, load {LOADS[0]}: p50 latency over one request's service time alone")
+           label=f"continuous batching, load {LOADS[0]}: p50 latency over one request's service time alone", origin="computed")
 run.save()

@@ -45,7 +45,7 @@ target, _, model_info = trained_models(device, run.size, log=run.log)
 
 # %%
 cfg = target.cfg
-run.metric("model.params_m", target.n_params() / 1e6, "M", label="target model parameters (millions)")
+run.metric("model.params_m", target.n_params() / 1e6, "M", label="target model parameters (millions)", origin="computed")
 run.metric("model.held_out_bits_per_byte", model_info["target"]["held_out_bits_per_byte"], "bits/byte",
            label="target model: held-out loss after its brief training")
 run.metric("model.train_s", model_info["target"]["train_s"] + model_info["draft"]["train_s"], "s",
@@ -122,11 +122,11 @@ run.table("cache_size", f"KV cache, measured vs formula ({str(serving_dtype)[6:]
           ["batch", "tokens", "allocated (B)", "formula (B)", "allocated (MiB)"], rows)
 per_token = cfg.kv_cache_bytes(1, 1, itemsize)
 weights_bytes = target.n_params() * itemsize
-run.metric("cache.bytes_per_token", per_token, "B", label="KV cache per token per sequence (all layers, K and V)")
+run.metric("cache.bytes_per_token", per_token, "B", label="KV cache per token per sequence (all layers, K and V)", origin="computed")
 run.metric("cache.bytes_per_token_without_gqa", per_token * cfg.n_heads // cfg.n_kv_heads, "B",
-           label=f"the same with one KV head per query head ({cfg.n_heads} instead of {cfg.n_kv_heads})")
+           label=f"the same with one KV head per query head ({cfg.n_heads} instead of {cfg.n_kv_heads})", origin="computed")
 run.metric("cache.tokens_to_match_weights", weights_bytes / per_token, "tokens",
-           label="cached tokens (summed over the batch) at which the cache outweighs the model's weights")
+           label="cached tokens (summed over the batch) at which the cache outweighs the model's weights", origin="computed")
 
 # %% [markdown]
 # ## Time per step against position

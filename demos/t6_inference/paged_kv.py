@@ -268,14 +268,14 @@ rows = [["preallocate max", max_tokens, round(100 * prealloc["waste"], 1), 1.0]]
 for bs, r in paged_results.items():
     rows.append([f"paged, block {bs}", bs, round(100 * r["waste"], 1), round(prealloc["reserved"] / r["reserved"], 2)])
     run.metric(f"paged.bs{bs}.waste", r["waste"], "fraction",
-               label=f"paged KV cache, block {bs}: reserved-but-unused fraction, time-averaged")
+               label=f"paged KV cache, block {bs}: reserved-but-unused fraction, time-averaged", origin="computed")
     run.metric(f"paged.bs{bs}.mean_slack_tokens", r["mean_slack"], "tokens",
-               label=f"block {bs}: reserved-but-unused positions per running sequence, averaged over steps")
+               label=f"block {bs}: reserved-but-unused positions per running sequence, averaged over steps", origin="computed")
     run.metric(f"paged.bs{bs}.sequences_per_preallocated", prealloc["reserved"] / r["reserved"], "x",
-               label=f"block {bs}: sequences that fit in the memory preallocation needs for one")
+               label=f"block {bs}: sequences that fit in the memory preallocation needs for one", origin="computed")
 run.metric("prealloc.waste", prealloc["waste"], "fraction",
-           label=f"preallocating {max_tokens} positions per request: reserved-but-unused fraction, time-averaged")
-run.metric("kv_bytes_per_token", token_bytes, "bytes", label="KV cache bytes per token per sequence (float32)")
+           label=f"preallocating {max_tokens} positions per request: reserved-but-unused fraction, time-averaged", origin="computed")
+run.metric("kv_bytes_per_token", token_bytes, "bytes", label="KV cache bytes per token per sequence (float32)", origin="computed")
 run.table("waste", f"KV memory reserved vs held, saturated continuous batching of {n_requests} requests "
           f"(prompt {prompt_len}, outputs {out_min}-{out_max}, at most {b_max} running)",
           ["scheme", "granularity (tokens)", "waste (% of reserved)", "sequences per preallocated slot"], rows)

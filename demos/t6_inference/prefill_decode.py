@@ -123,12 +123,12 @@ def decode_cost(batch: int, ctx: int) -> tuple[float, float, float]:
     return flops, weight_bytes + kv, weight_bytes + kv
 
 
-run.metric("model.weights_mib", weight_bytes / 2**20, "MiB", label=f"weights of the weight matmuls ({dtype_name})")
+run.metric("model.weights_mib", weight_bytes / 2**20, "MiB", label=f"weights of the weight matmuls ({dtype_name})", origin="computed")
 last_cache = run.device.l2_bytes if run.device.is_gpu else provenance.cpu_llc_bytes()
 if last_cache:
     run.metric("last_level_cache_mib", last_cache / 2**20, "MiB",
                label="last-level cache of this device (GPU L2; CPU LLC from the OS), against which residency is judged")
-run.metric("model.params_m", model.n_params() / 1e6, "M", label="model parameters (millions)")
+run.metric("model.params_m", model.n_params() / 1e6, "M", label="model parameters (millions)", origin="computed")
 run.check("weight_count_matches_model", matmul_weights == model.n_params() - cfg.n_layers * 2 * cfg.d_model - cfg.d_model,
           f"{matmul_weights} matmul weights = all {model.n_params()} parameters minus the RMSNorm gains")
 
@@ -222,7 +222,7 @@ for pt in points:
     run.metric(f"{tag}.gbps", pt["gbps"], "GB/s", label=f"{what}: minimum bytes moved per second",
                ceiling="copy_bandwidth" if run.device.is_gpu else None, kind="memory", cache_resident=pt["resident"])
     run.metric(f"{tag}.ms", pt["ms"], "ms", label=f"{what}: time")
-    run.metric(f"{tag}.intensity", pt["intensity"], "FLOP/byte", label=f"{what}: FLOPs per minimum byte")
+    run.metric(f"{tag}.intensity", pt["intensity"], "FLOP/byte", label=f"{what}: FLOPs per minimum byte", origin="computed")
 
 OVERHEAD_BELOW = 0.25
 run.finish_ceilings()  # the fractions are needed in the table and the plot, so take the closing ceilings now

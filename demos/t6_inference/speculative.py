@@ -50,7 +50,7 @@ prompt_len, n_new, draft_lengths, n_checked, n_timed = run.sizes
 # %%
 target, draft, model_info = trained_models(device, run.size, log=run.log)
 for role, model in (("target", target), ("draft", draft)):
-    run.metric(f"{role}.params_m", model.n_params() / 1e6, "M", label=f"{role} model parameters (millions)")
+    run.metric(f"{role}.params_m", model.n_params() / 1e6, "M", label=f"{role} model parameters (millions)", origin="computed")
     run.metric(f"{role}.held_out_bits_per_byte", model_info[role]["held_out_bits_per_byte"], "bits/byte",
                label=f"{role} model: held-out loss after its brief training")
 
@@ -246,7 +246,7 @@ for k in draft_lengths:
     run.metric(f"k{k}.acceptance", rates[-1], "fraction", label=f"k={k}: share of drafted tokens the target accepted")
     run.metric(f"k{k}.tokens_per_pass", per_pass, "tokens", label=f"k={k}: tokens produced per target pass")
     run.metric(f"k{k}.speedup", speedups[-1], "x", label=f"k={k}: measured speedup over the target's greedy decoding")
-    run.metric(f"k{k}.predicted_speedup", prediction, "x", label=f"k={k}: speedup predicted from the measured costs")
+    run.metric(f"k{k}.predicted_speedup", prediction, "x", label=f"k={k}: speedup predicted from the measured costs", origin="computed")
 run.table("speculative", f"Speculative decoding, {n_new} tokens after {prompt_len}-token prompts "
           f"(baseline {baseline.median_s * 1e3:.1f} ms for {n_timed} prompt(s))",
           ["k", "acceptance", "tokens per target pass", "time (ms)", "measured speedup", "predicted speedup"], rows)

@@ -277,7 +277,7 @@ run.metric("model.decode_ms_int8", step_times["int8"].median_s * 1e3, "ms", labe
 run.metric("model.int8_speedup", step_times["full"].median_s / step_times["int8"].median_s, "x",
            label="decode step: full precision time over INT8 time")
 weights_mib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-run.metric("model.weights_mib", weights_mib, "MiB", label="the model's weights, full precision")
+run.metric("model.weights_mib", weights_mib, "MiB", label="the model's weights, full precision", origin="computed")
 
 # %% [markdown]
 # ## CUDA graphs for the decode step

@@ -17,13 +17,13 @@ def record_validation(run) -> list[dict]:
     for r in validation:
         if r["unit"] == "TFLOP/s":  # a projected A100 rate, not one of this machine: a fraction of its peak
             run.metric(f"validation.{r['key']}.model", r["model"] / A100_PEAK, "fraction",
-                       label=f"this model: {r['figure']}, as a fraction of the A100's {A100_PEAK:g} TFLOP/s peak")
+                       label=f"this model: {r['figure']}, as a fraction of the A100's {A100_PEAK:g} TFLOP/s peak", origin="computed")
         else:
-            run.metric(f"validation.{r['key']}.model", r["model"], r["unit"], label=f"this model: {r['figure']}")
+            run.metric(f"validation.{r['key']}.model", r["model"], r["unit"], label=f"this model: {r['figure']}", origin="computed")
         if abs(r["difference"]) < 1e-12:  # an exact formula, off only by float rounding (1e-14): shown as 0
             r["difference"] = 0.0
         run.metric(f"validation.{r['key']}.difference", r["difference"], "fraction",
-                   label=f"(model - published) / published: {r['figure']} ({r['source']})")
+                   label=f"(model - published) / published: {r['figure']} ({r['source']})", origin="computed")
         run.check(f"validation.{r['key']}", abs(r["difference"]) <= TOLERANCE[r["kind"]],
                   f"{r['figure']}: model {r['model']:.4g} vs published {r['published']:g} {r['unit']} "
                   f"({r['source']}), {r['difference']:+.2%} ({r['kind']}, tolerance {TOLERANCE[r['kind']]:.0e})")
@@ -34,8 +34,8 @@ def record_validation(run) -> list[dict]:
                 r["unit"], f"{r['difference']:+.2%}"] for r in validation])
     t2 = [r for r in validation if r["key"].startswith("megatron.t2.")]
     run.metric("validation.megatron.t2.max_abs_difference", max(abs(r["difference"]) for r in t2), "fraction",
-               label="largest |difference| over Megatron-LM Table 2's six PTD-P runs (not used by the calibration)")
+               label="largest |difference| over Megatron-LM Table 2's six PTD-P runs (not used by the calibration)", origin="computed")
     for hidden, eff in cluster_model.EFFICIENCY_BY_HIDDEN:
         run.metric(f"calibration.efficiency.h{hidden}", eff, "fraction",
-                   label=f"compute efficiency fitted to Megatron-LM Table 1 at hidden size {hidden}")
+                   label=f"compute efficiency fitted to Megatron-LM Table 1 at hidden size {hidden}", origin="computed")
     return validation

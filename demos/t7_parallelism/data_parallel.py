@@ -79,7 +79,7 @@ batches = [global_batch(s, cfg["batch"], cfg["width"]) for s in range(cfg["steps
 reference = train_single_process(cfg["layers"], cfg["width"], batches)
 n_params = reference.numel()
 n_tensors = 2 * cfg["layers"]
-run.metric("model.params_m", n_params / 1e6, "M", label=f"MLP {cfg['layers']} x {cfg['width']}: parameters (millions)")
+run.metric("model.params_m", n_params / 1e6, "M", label=f"MLP {cfg['layers']} x {cfg['width']}: parameters (millions)", origin="computed")
 
 # %% [markdown]
 # ## The variants

@@ -117,7 +117,7 @@ for label, s in sweep.items():
 # %%
 sweep_params = sum(cfg["width"] * (cfg["width"] + 1) for _ in range(cfg["layers"]))
 run.metric("bucket.grad_mb", sweep_params * 4 / MB, "MB",
-           label=f"sweep MLP ({cfg['layers']} x {cfg['width']}): fp32 gradient bytes all-reduced per step")
+           label=f"sweep MLP ({cfg['layers']} x {cfg['width']}): fp32 gradient bytes all-reduced per step", origin="computed")
 run.metric("bucket.first_bucket_mib", dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20, "MiB",
            label="dist._DEFAULT_FIRST_BUCKET_BYTES: first bucket's cap when bucket_cap_mb is left at its default")
 sweep_rows, caps, calls, step_ms = [], [], [], []

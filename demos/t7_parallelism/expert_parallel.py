@@ -337,7 +337,7 @@ for k in (1, 2):
     row_bytes = hidden * 4
     formula_total = 2 * sum(leaving) * row_bytes
     run.metric(f"bytes.k{k}.formula", formula_total / 1e3, "kB",
-               label=f"k={k}: 2 x assignments leaving their rank x hidden x 4 B, summed over ranks, per forward")
+               label=f"k={k}: 2 x assignments leaving their rank x hidden x 4 B, summed over ranks, per forward", origin="computed")
     run.metric(f"bytes.k{k}.leaving_fraction", sum(leaving) / (n_tokens * k), "fraction",
                label=f"k={k}: share of token assignments sent to another rank (3/4 expected for a uniform router)")
     loopback = ranks[0][k]["loopback_bytes_per_forward"] if backend == "gloo" else None

@@ -64,17 +64,17 @@ named_layouts = {
 for name, (_, cfg, mem, step) in named_layouts.items():
     prefix = f"layouts.70B.{LAYOUT_GPUS}gpu.{name}"
     shape = f"{cfg.tp}x{cfg.pp}x{cfg.dp}"
-    run.metric(f"{prefix}.step_s", step["total_s"], "s", label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: projected step")
+    run.metric(f"{prefix}.step_s", step["total_s"], "s", label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: projected step", origin="computed")
     for degree in ("tp", "pp", "dp"):
-        run.metric(f"{prefix}.{degree}", getattr(cfg, degree), "GPUs", label=f"70B, {shape}: {degree.upper()} degree")
-    run.metric(f"{prefix}.memory_gb", mem["total_bytes"] / 1e9, "GB", label=f"70B, {shape}: memory per GPU")
+        run.metric(f"{prefix}.{degree}", getattr(cfg, degree), "GPUs", label=f"70B, {shape}: {degree.upper()} degree", origin="computed")
+    run.metric(f"{prefix}.memory_gb", mem["total_bytes"] / 1e9, "GB", label=f"70B, {shape}: memory per GPU", origin="computed")
     comm = cluster_model.comm_volume(cfg)
     for kind in ("tp", "pp", "dp"):
         run.metric(f"{prefix}.{kind}_sent_gb", comm[f"{kind}_bytes"] / 1e9, "GB",
-                   label=f"70B, {shape}: bytes one GPU sends per step for {kind.upper()}")
+                   label=f"70B, {shape}: bytes one GPU sends per step for {kind.upper()}", origin="computed")
     for label, key in PARTS:
         run.metric(f"{prefix}.{key.removesuffix('_s')}_share", step[key] / step["total_s"], "fraction",
-                   label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: {label} share of the step")
+                   label=f"70B, {shape} on {LAYOUT_GPUS} GPUs: {label} share of the step", origin="computed")
 tp8_cfg, tp16_cfg = named_layouts["tp8_pp1"][1], named_layouts["tp16"][1]
 tp_sent_ratio = cluster_model.comm_volume(tp16_cfg)["tp_bytes"] / cluster_model.comm_volume(tp8_cfg)["tp_bytes"]
 expected_ratio = ((tp16_cfg.microbatches / tp16_cfg.pp * 15 / 16)

@@ -117,9 +117,9 @@ for m in MS:
                label=f"{label}: measured idle fraction of the most idle device")
     run.metric(f"interleaved.m{m}.step_ms", a["step_s"] * 1e3, "ms", label=f"{label}: one step (median)")
     run.metric(f"formula_interleaved.m{m}.bubble", bubble_formula(m, p, VIRTUAL_STAGES), "fraction",
-               label=f"(p-1)/(vm+p-1) for p={p}, v={VIRTUAL_STAGES}, m={m}")
+               label=f"(p-1)/(vm+p-1) for p={p}, v={VIRTUAL_STAGES}, m={m}", origin="computed")
     run.metric(f"formula.m{m}.bubble", bubble_formula(m, p), "fraction",
-               label=f"(p-1)/(m+p-1) for p={p}, m={m}: the same pipeline without virtual stages")
+               label=f"(p-1)/(m+p-1) for p={p}, m={m}: the same pipeline without virtual stages", origin="computed")
     rows.append([m, round(bubble_formula(m, p), 3), round(bubble_formula(m, p, VIRTUAL_STAGES), 3),
                  round(a["bubble"], 3), round(a["bubble_worst"], 3), round(a["step_s"] * 1e3, 1),
                  round(ideal_s * 1e3, 1), round((a["step_s"] - ideal_s) * 1e3, 1)])

@@ -248,9 +248,9 @@ for s in SCHEDULES:
                      round(a["bubble_worst"], 3), round(a["step_s"] * 1e3, 1), round(a["ideal_s"] * 1e3, 1),
                      round((a["step_s"] - a["ideal_s"]) * 1e3, 1)])
 for m in ms:
-    run.metric(f"formula.m{m}.bubble", bubble_formula(m, p), "fraction", label=f"(p-1)/(m+p-1) for p={p}, m={m}")
+    run.metric(f"formula.m{m}.bubble", bubble_formula(m, p), "fraction", label=f"(p-1)/(m+p-1) for p={p}, m={m}", origin="computed")
     run.metric(f"ideal.m{m}.step_ms", analysis[("gpipe", m)]["ideal_s"] * 1e3, "ms",
-               label=f"m={m}: (m+p-1)(t_f+t_b) with the padded t_f = T_f/m and t_b = 2 t_f")
+               label=f"m={m}: (m+p-1)(t_f+t_b) with the padded t_f = T_f/m and t_b = 2 t_f", origin="computed")
 run.table("bubble", f"Bubble and step time, p = {p} stages, T_f = {size['forward_ms']} ms forward per stage per step "
           f"(median of {size['repeats']} steps)",
           ["schedule", "m", "formula (p-1)/(m+p-1)", "measured idle, mean of stages",
@@ -361,7 +361,7 @@ else:
     run.metric(f"p2p.m{M_MAX}.framing_bytes_per_message", (a["written_bytes"] - formula_bytes) / a["messages"],
                "bytes", label=f"m={M_MAX}: bytes written beyond the payload, per message (gloo's framing)")
 run.metric("p2p.formula_kib_per_step", formula_bytes / 1024, "KiB",
-           label="2 (p-1) x batch x width x 4 bytes: activations forward + gradients backward across p-1 boundaries")
+           label="2 (p-1) x batch x width x 4 bytes: activations forward + gradients backward across p-1 boundaries", origin="computed")
 run.metric(f"p2p.m{M_MAX}.messages_per_step", analysis[("gpipe", M_MAX)]["messages"], "messages",
            label=f"m={M_MAX}: point-to-point sends per step, all ranks (2 (p-1) m)")
 run.table("p2p", f"Bytes between stages per step, p = {p}, batch {size['batch']} x width {size['width']} float32",

@@ -229,13 +229,13 @@ for s in SCHEDULES:
         name = f"{s}.m{m}"
         run.metric(f"{name}.bubble", r["bubble"], "fraction", label=f"{NAMES[s]}, m={m}: measured idle fraction, "
                    "mean of the stages, real compute")
-        run.metric(f"{name}.formula", r["formula"], "fraction", label=f"(p-1)/(m+p-1), p={P}, m={m}")
+        run.metric(f"{name}.formula", r["formula"], "fraction", label=f"(p-1)/(m+p-1), p={P}, m={m}", origin="computed")
         run.metric(f"{name}.corrected", r["corrected"], "fraction",
-                   label=f"{NAMES[s]}, m={m}: 1 - busy / corrected step, t_f, t_b, d, g measured")
+                   label=f"{NAMES[s]}, m={m}: 1 - busy / corrected step, t_f, t_b, d, g measured", origin="computed")
         run.metric(f"{name}.step_ms", r["step_s"] * 1e3, "ms", label=f"{NAMES[s]}, m={m}: one step (median)")
-        run.metric(f"{name}.predicted_ms", r["predicted_s"] * 1e3, "ms", label="corrected step time (simulated)")
+        run.metric(f"{name}.predicted_ms", r["predicted_s"] * 1e3, "ms", label="corrected step time (simulated)", origin="computed")
         run.metric(f"{name}.closed_form_ms", r["closed_form_s"] * 1e3, "ms",
-                   label="(m+p-1)(t_f+t_b) + 2(p-1)d + 2(m-1)g")
+                   label="(m+p-1)(t_f+t_b) + 2(p-1)d + 2(m-1)g", origin="computed")
         run.metric(f"{name}.busy_ms", r["busy_s"] * 1e3, "ms", label="one stage's F + B time per step (mean)")
         run.metric(f"{name}.t_f_ms", r["t_f"] * 1e3, "ms", label="one microbatch's forward on one stage (mean over stages and steps)")
         run.metric(f"{name}.t_b_ms", r["t_b"] * 1e3, "ms", label="one microbatch's backward on one stage (mean over stages and steps)")
@@ -325,16 +325,16 @@ for m in [m for m in ms if m >= P and m % P == 0 and m <= 8]:
         run.metric(f"lib.{kind}.m{m}.bubble", a["bubble"], "fraction",
                    label=f"torch {kind}, m={m}: measured idle fraction (real compute)")
         run.metric(f"lib.{kind}.m{m}.step_ms", a["step_s"] * 1e3, "ms", label=f"torch {kind}, m={m}: one step")
-        run.metric(f"lib.{kind}.m{m}.formula", bubble_formula(m, P, v), "fraction", label="(p-1)/(vm+p-1)")
+        run.metric(f"lib.{kind}.m{m}.formula", bubble_formula(m, P, v), "fraction", label="(p-1)/(vm+p-1)", origin="computed")
         rows.append([kind, m, round(bubble_formula(m, P, v), 3), round(a["bubble"], 3), round(a["busy_s"] * 1e3, 2),
                      round(a["step_s"] * 1e3, 2)])
         steps_by_kind[kind] = a
     run.metric(f"lib.m{m}.interleaved_over_1f1b", steps_by_kind["interleaved"]["step_s"] / steps_by_kind["1f1b"]["step_s"],
                "x", label=f"m={m}: interleaved 1F1B's step over plain 1F1B's (below 1: interleaving wins)")
     run.metric(f"lib.m{m}.formula_saving_ms", (P - 1) * steps_by_kind["1f1b"]["busy_s"] / m / 2 * 1e3, "ms",
-               label=f"m={m}: bubble time interleaving (v=2) removes by the formula, (p-1)(t_f+t_b)/2 of plain 1F1B")
+               label=f"m={m}: bubble time interleaving (v=2) removes by the formula, (p-1)(t_f+t_b)/2 of plain 1F1B", origin="computed")
 run.metric("lib.messages_ratio", (2 * P - 1) / (P - 1), "x",
-           label="point-to-point messages per step, interleaved (v=2) over plain: 2(vp-1)m over 2(p-1)m")
+           label="point-to-point messages per step, interleaved (v=2) over plain: 2(vp-1)m over 2(p-1)m", origin="computed")
 run.table("interleaving", f"PyTorch's 1F1B vs interleaved 1F1B (v = 2), p = {P}, real compute",
           ["schedule", "m", "formula", "measured idle", "busy ms", "step ms"], rows)
 
@@ -364,8 +364,8 @@ r4 = measure(four, P4, m_hi, "gpipe")
 run.metric("p4.t_f_inflation", r4["t_f"] / results[("gpipe", m_hi)]["t_f"], "x",
            label=f"a stage's forward at p=4 over p=2 (GPipe, m={m_hi}), on {CORES} cores")
 run.metric("p4.bubble", r4["bubble"], "fraction", label=f"GPipe p=4, m={m_hi}: measured idle fraction")
-run.metric("p4.formula", bubble_formula(m_hi, P4), "fraction", label=f"(p-1)/(m+p-1), p=4, m={m_hi}")
-run.metric("p4.corrected", r4["corrected"], "fraction", label="corrected formula at p=4")
+run.metric("p4.formula", bubble_formula(m_hi, P4), "fraction", label=f"(p-1)/(m+p-1), p=4, m={m_hi}", origin="computed")
+run.metric("p4.corrected", r4["corrected"], "fraction", label="corrected formula at p=4", origin="computed")
 run.save()
 
 # %% [markdown]

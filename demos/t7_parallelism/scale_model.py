@@ -234,7 +234,7 @@ STRATEGIES = [  # name, key in metric names, layout for N GPUs (None where N doe
 memory_rows = []
 for model in ("7B", "70B"):
     run.metric(f"memory.{model}.params_b", cluster_model.config_params(cluster_model.MODELS[model]) / 1e9,
-               "billion", label=f"{cluster_model.MODEL_NAMES[model]}: parameters (SwiGLU, GQA, untied embeddings)")
+               "billion", label=f"{cluster_model.MODEL_NAMES[model]}: parameters (SwiGLU, GQA, untied embeddings)", origin="computed")
     for n_gpus in (8, 64, 512):
         for name, key, layout in STRATEGIES:
             if layout(n_gpus) is None:
@@ -245,7 +245,7 @@ for model in ("7B", "70B"):
             memory_rows.append([model, n_gpus, name, *(round(v, 2) for v in gb.values()),
                                 "yes" if mem["fits"] else "no"])
             run.metric(f"memory.{model}.{key}.{n_gpus}gpu", gb["total_bytes"], "GB",
-                       label=f"{cluster_model.MODEL_NAMES[model]} on {n_gpus} GPUs, {name}: memory per GPU")
+                       label=f"{cluster_model.MODEL_NAMES[model]} on {n_gpus} GPUs, {name}: memory per GPU", origin="computed")
 run.table("memory", "Memory per GPU (GB), mixed-precision Adam, s=4096, b=1, sequence parallelism, selective "
           "recomputation, 1F1B with m=8; fits = at most 80 GB",
           ["model", "GPUs", "layout", "weights", "gradients", "optimizer", "activations", "total", "fits in 80 GB"],
@@ -305,34 +305,34 @@ for model in ("7B", "70B"):
         if n_gpus in (base[0], GPU_COUNTS[-1]):
             tag = f"{n_gpus}gpu"
             run.metric(f"proj.{model}.step_s.{tag}", step["total_s"], "s",
-                       label=f"{model} on {n_gpus} H100s ({cfg.tp}x{cfg.pp}x{cfg.dp}): projected step time, 4M tokens")
+                       label=f"{model} on {n_gpus} H100s ({cfg.tp}x{cfg.pp}x{cfg.dp}): projected step time, 4M tokens", origin="computed")
             for degree in ("tp", "pp", "dp", "microbatches"):
                 run.metric(f"proj.{model}.{degree}.{tag}", getattr(cfg, degree),
                            "microbatches" if degree == "microbatches" else "GPUs",
-                           label=f"{model} on {n_gpus} H100s: {degree} of the chosen layout")
+                           label=f"{model} on {n_gpus} H100s: {degree} of the chosen layout", origin="computed")
             run.metric(f"proj.{model}.memory_gb.{tag}", mem["total_bytes"] / 1e9, "GB",
-                       label=f"{model} on {n_gpus} H100s: memory per GPU of the chosen layout")
+                       label=f"{model} on {n_gpus} H100s: memory per GPU of the chosen layout", origin="computed")
             run.metric(f"proj.{model}.mfu.{tag}", step["mfu"], "fraction",
-                       label=f"{model} on {n_gpus} H100s: projected model FLOPs utilisation (6 P T / time / peak)")
+                       label=f"{model} on {n_gpus} H100s: projected model FLOPs utilisation (6 P T / time / peak)", origin="computed")
             for label, key in PARTS:
                 run.metric(f"proj.{model}.{key.removesuffix('_s')}_share.{tag}", step[key] / step["total_s"],
-                           "fraction", label=f"{model} on {n_gpus} H100s: {label} share of the step")
+                           "fraction", label=f"{model} on {n_gpus} H100s: {label} share of the step", origin="computed")
             last_step, last_slow = step, slow
             run.metric(f"proj_{backend}.{model}.mfu.{tag}", slow["mfu"], "fraction",
-                       label=f"{model} on {n_gpus} H100s with this machine's {backend} network: projected MFU")
+                       label=f"{model} on {n_gpus} H100s with this machine's {backend} network: projected MFU", origin="computed")
             run.metric(f"proj_{backend}.{model}.step_s.{tag}", slow["total_s"], "s",
-                       label=f"{model} on {n_gpus} H100s with this machine's {backend} network: projected step time")
+                       label=f"{model} on {n_gpus} H100s with this machine's {backend} network: projected step time", origin="computed")
     last = GPU_COUNTS[-1]
     peak_at = max(mfus, key=mfus.get)
-    run.metric(f"proj.{model}.mfu_peak", mfus[peak_at], "fraction", label=f"{model}: highest projected MFU")
-    run.metric(f"proj.{model}.mfu_peak_gpus", peak_at, "GPUs", label=f"{model}: GPU count of the highest MFU")
+    run.metric(f"proj.{model}.mfu_peak", mfus[peak_at], "fraction", label=f"{model}: highest projected MFU", origin="computed")
+    run.metric(f"proj.{model}.mfu_peak_gpus", peak_at, "GPUs", label=f"{model}: GPU count of the highest MFU", origin="computed")
     run.metric(f"proj.{model}.compute_efficiency", cluster_model.efficiency(cluster_model.MODELS[model]), "fraction",
-               label=f"{model}: calibrated compute efficiency at hidden {cluster_model.MODELS[model]['hidden']}")
-    run.metric(f"proj.{model}.min_gpus", base[0], "GPUs", label=f"{model}: fewest GPUs whose layout fits in 80 GB")
+               label=f"{model}: calibrated compute efficiency at hidden {cluster_model.MODELS[model]['hidden']}", origin="computed")
+    run.metric(f"proj.{model}.min_gpus", base[0], "GPUs", label=f"{model}: fewest GPUs whose layout fits in 80 GB", origin="computed")
     run.metric(f"proj.{model}.efficiency.{last}gpu", eff[-1], "fraction",
-               label=f"{model}: scaling efficiency at {last} GPUs (tokens/s per GPU relative to {base[0]} GPUs)")
+               label=f"{model}: scaling efficiency at {last} GPUs (tokens/s per GPU relative to {base[0]} GPUs)", origin="computed")
     run.metric(f"proj_{backend}.{model}.slowdown.{last}gpu", last_slow["total_s"] / last_step["total_s"], "x",
-               label=f"{model} on {last} GPUs: step time with the {backend} network over NVLink + InfiniBand")
+               label=f"{model} on {last} GPUs: step time with the {backend} network over NVLink + InfiniBand", origin="computed")
     run.table(f"projection_{model}", f"{model}: projected step (s) for a 4M-token batch on H100s, NVLink + IB NDR "
               f"(layout TP x PP x DP, ZeRO-1, selective recomputation), and with this machine's {backend} network",
               ["GPUs", "TPxPPxDP", "m", "memory (GB)", "compute", "TP comm", "PP comm", "DP comm", "bubble", "total",

@@ -292,14 +292,14 @@ for p, results in results_by_p.items():
     run.metric(f"p{p}.all_reduces_per_step", counted[0], "calls",
                label=f"p={p}: all-reduce calls per training step, counted from profiler events (rank 0)")
     run.metric(f"p{p}.all_reduces_per_step_formula", ALL_REDUCES_PER_STEP, "calls",
-               label="all-reduces per MLP per training step by the Megatron formula")
+               label="all-reduces per MLP per training step by the Megatron formula", origin="computed")
     run.metric(f"p{p}.all_reduces_ratio", counted[0] / ALL_REDUCES_PER_STEP, "x",
                label=f"p={p}: counted all-reduces over the formula")
     rows = [["all-reduce calls per step (profiler)", counted[0], ALL_REDUCES_PER_STEP,
              round(counted[0] / ALL_REDUCES_PER_STEP, 3)]]
     ring = ALL_REDUCES_PER_STEP * 2 * (p - 1) * n * element_bytes
     run.metric(f"p{p}.bytes_per_step_formula", ring / 1e6, "MB",
-               label=f"p={p}: ring formula, 2 all-reduces x 2(p-1) x n x {element_bytes} bytes")
+               label=f"p={p}: ring formula, 2 all-reduces x 2(p-1) x n x {element_bytes} bytes", origin="computed")
     for variant, description in METERED if meter_bytes else ():
         prefix = f"p{p}" if variant == "megatron" else f"p{p}.{variant}"
         metered = {}

@@ -175,7 +175,7 @@ def worker(rank, p):
 
 
 n_params = sum(q.numel() for q in make_mlp(cfg["layers"], cfg["width"]).parameters())
-run.metric("n_params", n_params, "parameters")
+run.metric("n_params", n_params, "parameters", origin="computed")
 results = {p: _dist.launch(worker, p, device=ranks.device) for p in ranks.world_sizes}
 if any(r is None for r in results.values()):  # another torchrun rank: rank 0 writes the record
     _dist.shutdown()
@@ -241,7 +241,7 @@ paper = {"ddp": lambda p: 16, "zero1": lambda p: 4 + 12 / p, "zero2": lambda p: 
 for variant in VARIANTS:
     for p in results:
         run.metric(f"paper.{variant}.p{p}", paper[variant](p), "bytes",
-                   label="ZeRO paper, mixed-precision Adam (2 + 2 + 12 bytes), per parameter and rank")
+                   label="ZeRO paper, mixed-precision Adam (2 + 2 + 12 bytes), per parameter and rank", origin="computed")
 run.table("memory", f"Bytes per parameter held per rank at the optimizer step, fp32 Adam, {n_params:,} parameters",
           ["variant", "ranks", "params", "grads", "Adam", "total", "formula (padded)", "step ms"], rows)
 run.series("memory", "Bytes per parameter per rank vs ranks (fp32 Adam)", "ranks p", "bytes per parameter",

@@ -151,7 +151,7 @@ if dev.type != "cpu":
     run.save()
     raise SystemExit
 grad_mb = sum(p.numel() for p in make_gpt(cfg).parameters()) * 4 / 2**20
-run.metric("ddp.gradient_mb", grad_mb, "MiB", label="fp32 gradients all-reduced per step")
+run.metric("ddp.gradient_mb", grad_mb, "MiB", label="fp32 gradients all-reduced per step", origin="computed")
 caps = run.sizes["caps"]
 rows, fractions, opportunity = [], [], []
 for cap, r in zip(caps, launch(ddp_worker, 2, caps)[0]):  # rank 0's traces

@@ -191,11 +191,11 @@ for gpus in (64, 1024, 16384):
     delta = 16 * 68.98e9 / (64 * rate)
     tau, waste = young_daly(delta, mtbf)
     rows.append([gpus, mtbf / 3600, delta, tau / 60, waste])
-    run.metric(f"young_daly.g{gpus}.interval_min", tau / 60, "min", label=f"{gpus} GPUs, 70B state, measured write rate")
-    run.metric(f"young_daly.g{gpus}.waste", waste, "fraction")
-    run.metric(f"young_daly.g{gpus}.mtbf_h", mtbf / 3600, "h", label="job MTBF, scaled from the Llama 3 report")
+    run.metric(f"young_daly.g{gpus}.interval_min", tau / 60, "min", label=f"{gpus} GPUs, 70B state, measured write rate", origin="computed")
+    run.metric(f"young_daly.g{gpus}.waste", waste, "fraction", origin="computed")
+    run.metric(f"young_daly.g{gpus}.mtbf_h", mtbf / 3600, "h", label="job MTBF, scaled from the Llama 3 report", origin="computed")
 run.metric("young_daly.checkpoint_cost_s", 16 * 68.98e9 / (64 * rate), "s",
-           label="70B training state at 64x the per-rank write rate measured here")
+           label="70B training state at 64x the per-rank write rate measured here", origin="computed")
 run.table("young_daly", "Checkpoint interval for a 70B job (state 16 B/param; write rate per rank measured here)",
           ["GPUs", "job MTBF (h)", "checkpoint cost (s)", "best interval (min)", "expected waste"], rows)
 run.save()

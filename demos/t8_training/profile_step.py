@@ -143,7 +143,7 @@ model_flops = (6 * n_params + 12 * cfg.layers * cfg.seq * cfg.width) * n_tokens
 profiled_flops = sum(e.flops for e in prof.events() if e.flops and e.device_type != torch.autograd.DeviceType.CUDA
                      and window.start <= e.time_range.start and e.time_range.end <= window.end)
 run.metric("step_ms", t.median_s * 1e3, "ms")
-run.metric("model_flops_g", model_flops / 1e9, "GFLOP", label="(6 N + 12 L s h) x tokens")
+run.metric("model_flops_g", model_flops / 1e9, "GFLOP", label="(6 N + 12 L s h) x tokens", origin="computed")
 run.metric("profiler_matmul_flops_g", profiled_flops / 1e9, "GFLOP", label="FLOPs the profiler counted in matmuls")
 ceiling = "matmul_bf16" if gpu else "matmul_fp32"
 run.metric("achieved_tflops", model_flops / t.median_s / 1e12, "TFLOP/s", ceiling=ceiling,

@@ -226,15 +226,15 @@ for name, shape in LLAMA2.items():
     full_recompute = 2 * 4096 * shape["h"] * shape["layers"]  # only each layer's 16-bit input
     cfg64 = cm.Config(**cm.MODELS[name], dp=64, zero_stage=3, recompute="selective", seq_len=4096, microbatches=1)
     sharded = cm.memory_per_gpu(cfg64)
-    run.metric(f"llama2_{name}.params_b", n / 1e9, "B params")
-    run.metric(f"llama2_{name}.states_gb", states / GB, "GB", label="16 B/param, one copy")
-    run.metric(f"llama2_{name}.act_gb", per_layer * shape["layers"] / GB, "GB", label="per 4k sequence, no recompute")
+    run.metric(f"llama2_{name}.params_b", n / 1e9, "B params", origin="computed")
+    run.metric(f"llama2_{name}.states_gb", states / GB, "GB", label="16 B/param, one copy", origin="computed")
+    run.metric(f"llama2_{name}.act_gb", per_layer * shape["layers"] / GB, "GB", label="per 4k sequence, no recompute", origin="computed")
     run.metric(f"llama2_{name}.act_flash_gb", no_scores * shape["layers"] / GB, "GB",
-               label="per 4k sequence, no s^2 tensors (fused attention)")
-    run.metric(f"llama2_{name}.act_full_recompute_gb", full_recompute / GB, "GB", label="layer inputs only")
-    run.metric(f"llama2_{name}.zero3_64_states_gb", states / 64 / GB, "GB", label="model states per GPU, ZeRO-3 on 64")
+               label="per 4k sequence, no s^2 tensors (fused attention)", origin="computed")
+    run.metric(f"llama2_{name}.act_full_recompute_gb", full_recompute / GB, "GB", label="layer inputs only", origin="computed")
+    run.metric(f"llama2_{name}.zero3_64_states_gb", states / 64 / GB, "GB", label="model states per GPU, ZeRO-3 on 64", origin="computed")
     run.metric(f"llama2_{name}.cluster_model_zero3_64_gb", sharded["total_bytes"] / GB, "GB",
-               label="cluster model: states + selective-recompute activations per GPU, ZeRO-3, 64 GPUs")
+               label="cluster model: states + selective-recompute activations per GPU, ZeRO-3, 64 GPUs", origin="computed")
     rows.append([name, n / 1e9, states / GB, per_layer * shape["layers"] / GB, no_scores * shape["layers"] / GB,
                  full_recompute / GB, states / 64 / GB])
 run.table("projection", "Llama-2 shapes, mixed-precision AdamW, one 4096-token sequence (GB = 1e9 bytes)",
@@ -268,13 +268,13 @@ for name, layout in LAYOUTS.items():
               "mfu_exposed": exposed["mfu"], "mfu_overlap": hidden["mfu"]}
     for key, v in values.items():
         run.metric(f"design.{name}.{key}", v, "GB" if key.endswith(("gb", "gb_sent")) else
-                   ("fraction" if key.startswith("mfu") else "s"))
-    run.metric(f"design.{name}.fits", float(mem["fits"]), "bool", label="fits in 80 GB")
+                   ("fraction" if key.startswith("mfu") else "s"), origin="computed")
+    run.metric(f"design.{name}.fits", float(mem["fits"]), "bool", label="fits in 80 GB", origin="computed")
     design_rows.append([name, values["memory_gb"], "yes" if mem["fits"] else "no", values["dp_gb_sent"],
                         values["tp_gb_sent"], values["compute_s"], values["dp_comm_s"], values["tp_comm_s"],
                         values["step_exposed_s"], values["step_overlap_s"], values["mfu_overlap"]])
 run.metric("design.compute_efficiency", cm.efficiency(cm.MODELS["70B"]), "fraction",
-           label="the cluster model's compute efficiency at hidden 8192, calibrated on Megatron-LM Table 1")
+           label="the cluster model's compute efficiency at hidden 8192, calibrated on Megatron-LM Table 1", origin="computed")
 run.table("design", "Llama-2-70B on 64 H100s (cluster model, per GPU, one step of 2M tokens)",
           ["layout", "memory GB", "fits 80 GB", "DP GB sent", "TP GB sent", "compute s", "DP comm s", "TP comm s",
            "step s (no overlap)", "step s (overlap)", "MFU (overlap)"], design_rows)

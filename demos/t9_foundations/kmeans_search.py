@@ -305,9 +305,9 @@ for g in (1, 2, 4, 8):
     total = t_shard + t_merge + t_link
     rows_out.append([g, db_n // g, round(t_shard * 1e3, 3), round(t_merge * 1e3, 3), gather_bytes,
                      round(t_link * 1e6, 2), round(total * 1e3, 3), round(rows_out[0][6] / (total * 1e3), 2) if rows_out else 1.0])
-    run.metric(f"sharded.g{g}.projected_ms", total * 1e3, "ms", label=f"{g} shards: projected batch latency")
+    run.metric(f"sharded.g{g}.projected_ms", total * 1e3, "ms", label=f"{g} shards: projected batch latency", origin="computed")
 run.table("sharded", f"Exact search of {n_queries} queries sharded over G devices (shard time measured on this device)",
           ["G", "rows per shard", "shard matmul+top-k (ms)", "merge (ms)", "gather bytes", "link (us, 450 GB/s)",
            "projected total (ms)", "speedup vs G=1"], rows_out)
-run.metric("sharded.g8.speedup", rows_out[0][6] / rows_out[-1][6], "x", label="projected speedup of 8 shards over 1")
+run.metric("sharded.g8.speedup", rows_out[0][6] / rows_out[-1][6], "x", label="projected speedup of 8 shards over 1", origin="computed")
 run.save()

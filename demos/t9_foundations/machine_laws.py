@@ -240,10 +240,10 @@ run.series("strong_scaling", "Strong scaling: speedup vs processes", "processes"
            {"measured": (counts, [speedup[p] for p in counts]), f"Amdahl, fitted f = {fitted_f:.2f}": (counts, [amdahl[p] for p in counts]),
             f"Amdahl, designed f = {designed_f:.2f}": (counts, [1 / (designed_f + (1 - designed_f) / p) for p in counts]),
             "ideal (linear)": (counts, counts)})
-run.metric("amdahl.designed_serial_fraction", designed_f, "fraction", label="serial units / all units, by design")
+run.metric("amdahl.designed_serial_fraction", designed_f, "fraction", label="serial units / all units, by design", origin="computed")
 run.metric("amdahl.fitted_serial_fraction", fitted_f, "fraction", label=f"Amdahl's f fitted to the strong-scaling times on P <= {cores}")
 if fitted_f > 0:
-    run.metric("amdahl.max_speedup", 1 / fitted_f, "x", label="1 / fitted f: the speedup limit")
+    run.metric("amdahl.max_speedup", 1 / fitted_f, "x", label="1 / fitted f: the speedup limit", origin="computed")
 run.metric("strong.speedup_at_cores", speedup[cores], "x", label=f"measured speedup on {cores} processes ({cores} cores)")
 run.metric("strong.speedup_at_max", speedup[counts[-1]], "x", label=f"measured speedup on {counts[-1]} processes")
 run.metric("weak.scaled_speedup_at_cores", scaled[cores], "x", label=f"weak scaling: scaled speedup on {cores} processes")

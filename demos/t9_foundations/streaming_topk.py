@@ -204,7 +204,7 @@ for shards in (2, 8, 64, 512):
     t_merge = run.time(lambda: select(cand_v, cand_i, timing_k)).median_s
     moved = shards * timing_k * 12
     rows.append([shards, moved, timing_n * 4, round(timing_n * 4 / moved), round(t_merge * 1e6, 1)])
-    run.metric(f"sharded.s{shards}.gather_bytes", moved, "B", label=f"{shards} shards: bytes gathered to the root")
+    run.metric(f"sharded.s{shards}.gather_bytes", moved, "B", label=f"{shards} shards: bytes gathered to the root", origin="computed")
 run.table("sharded", f"Sharded top-{timing_k} of {timing_n} values: gather and merge",
           ["shards", "bytes gathered", "bytes of the data", "data / gathered", "merge (us)"], rows)
 run.save()
