@@ -27,7 +27,7 @@ from website import page_safety
 from website.markers import MARKER, MarkerError, find, strays, transform_outside_code
 from records.numbers import fmt_pair
 from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
-                                spoken_words, split_sections)
+                                parse_topic, spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
 REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
@@ -175,6 +175,11 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
                              "or (hard)")
     if "Questions" in sections and "30-second answer" in sections:
         check_short_answers(report, where, sections["Questions"], sections["30-second answer"])
+    check_cheat_entry(report, where, meta.get("cheat"))
+    for question, answer in short_answers(sections.get("30-second answer", "")) + parse_topic(path).follow_ups:
+        if CARD_POINTER.search(answer):  # each is also a practice card, read alone
+            report.error(f"{where}: the answer to **{question[:60]}** points elsewhere on the page "
+                         f"({CARD_POINTER.search(answer).group(0)!r}); a practice card is read alone: name what it means")
     if "Full answer" in sections and "??? " not in sections["Full answer"]:
         report.error(f"{where}: '## Full answer' must be collapsible: put it in a '??? abstract \"Full model answer\"' block")
     if "Follow-up questions" in sections and "??? question" not in sections["Follow-up questions"]:
@@ -183,6 +188,24 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
         for demo in page_demos if isinstance(page_demos, list) else []:
             if f"results {demo}" not in re.sub(r"\s+", " ", sections["Measured"]):
                 report.error(f"{where}: '## Measured' does not show {{{{ results {demo} }}}}")
+
+
+CARD_POINTER = re.compile(r"\bthis page\b|\b(measured|shown|demo|table|plot|section|listed|see) above\b|\babove[.,;)]",
+                          re.I)
+
+
+def check_cheat_entry(report: Report, where: str, cheat) -> None:
+    """The page's entry on the cheat sheet (front matter `cheat:`): formulas, 3-5 numbers through markers, and one
+    '- Pitfall:' line."""
+    if not isinstance(cheat, str) or not cheat.strip():
+        report.error(f"{where}: front matter lacks 'cheat:', the page's cheat-sheet entry (2-4 formulas, 3-5 numbers "
+                     "through metric markers, one '- Pitfall: ...' line)")
+        return
+    if len(re.findall(r"^\s*- Pitfall:", cheat, re.M)) != 1:
+        report.error(f"{where}: 'cheat:' needs exactly one '- Pitfall: ...' line (the most common wrong answer)")
+    numbers = len(re.findall(r"\{\{\s*metric\b", cheat))
+    if not 3 <= numbers <= 5:
+        report.warn(f"{where}: 'cheat:' quotes {numbers} measured number(s); 3 to 5 read best on the sheet")
 
 
 def check_short_answers(report: Report, where: str, questions_md: str, answers_md: str) -> None:

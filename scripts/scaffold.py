@@ -45,6 +45,10 @@ difficulty: medium
 tags: [TODO-area]
 topic: {topic}
 demos: [{demo}]
+cheat: |
+  - TODO: the key formula a candidate writes on the whiteboard.
+  - TODO: a number with its label, through a marker: the candidate's rate {{{{ metric {demo} candidate.gbps @cpu }}}}.
+  - Pitfall: TODO, the most common wrong answer.
 ---
 
 # {title_md}
@@ -68,12 +72,16 @@ through a marker.
 
 ## Measured
 
-TODO: one or two sentences on what the demo measures.
+### TODO: a heading that states the finding
+
+TODO: the takeaway in one sentence, a number through `{{{{ metric {demo} NAME @cpu }}}}` and a claim stated in
+words and ended by its check, e.g. "the candidate streams faster than a copy`{{{{ claim {demo} @cpu NAME > NUMBER }}}}`".
 
 {{{{ results {demo} }}}}
 
-TODO: what the numbers say, quoting them with `{{{{ metric {demo} NAME @cpu }}}}` and stating checked
-claims with `{{{{ claim {demo} @cpu NAME > NUMBER }}}}`.
+??? note "How this was measured"
+
+    TODO: the setup, the method and the caveats, with their numbers and claims through markers.
 
 ## Follow-up questions
 

@@ -95,6 +95,9 @@ title: Test topic
 difficulty: medium
 tags: [test]
 demos: [kernel_fusion]
+cheat: |
+  - Bytes over time.
+  - Pitfall: timing without a sync.
 ---
 
 # Test topic

@@ -22,20 +22,20 @@ WORDS_MAX = 90  # a 30-second answer, as rendered
 
 READ_PAGE = r"""() => {
   const main = document.querySelector('.md-content article') || document.body;
-  const visible = (e) => e.offsetParent !== null;
-  // a value cell or item that is only a dash ("–", "—", "-"), or a label followed by one ("control: –")
-  const dashes = [...main.querySelectorAll('td, li, p')].filter(visible)
-    .map((e) => e.innerText.trim()).filter((t) => /^[–—-]$|:\s*[–—]\s*(;\s*[–—]\s*)*\.?$/.test(t));
+  // a value cell or item that is only a dash ("–", "—", "-"), or a label followed by one ("control: –"); folded
+  // content included (textContent: a closed fold's text is still the page's)
+  const dashes = [...main.querySelectorAll('td, li, p')]
+    .map((e) => e.textContent.trim()).filter((t) => /^[–—-]$|:\s*[–—]\s*(;\s*[–—]\s*)*\.?$/.test(t));
   const mislabelled = [...main.querySelectorAll('.mm-value[data-origin]')]
-    .map((e) => e.innerText.trim()).filter((t) => !/\((computed|datasheet|static analysis)\)$/.test(t));
+    .map((e) => e.textContent.trim()).filter((t) => !/\((computed|datasheet|static analysis)\)$/.test(t));
   // a value's unit repeated by the words after it: "64 GPUs (computed) GPUs"
   const doubled = [...main.querySelectorAll('.mm-value')].map((e) => {
-    const unit = (e.innerText.match(/^\S+\s+([A-Za-z][\w/-]*)\s*\(/) || [])[1];
+    const unit = (e.textContent.match(/^\S+\s+([A-Za-z][\w/-]*)\s*\(/) || [])[1];
     const next = e.nextSibling && e.nextSibling.nodeType === 3 ? e.nextSibling.textContent : '';
     const word = (next.match(/^\s*([A-Za-z][\w/-]*)/) || [])[1];
-    return unit && word && unit === word ? e.innerText + next.slice(0, 20) : null;
+    return unit && word && unit === word ? e.textContent + next.slice(0, 20) : null;
   }).filter(Boolean);
-  const expressions = (main.innerText.match(/(✓ holds|✗ contradicted) on [^\n]{0,40}/g) || [])
+  const expressions = (main.textContent.match(/(✓ holds|✗ contradicted) on [^\n]{0,40}/g) || [])
     .concat([...main.querySelectorAll('.mm-claim-expr')].map((e) => e.innerText));
   // the 30-second answers: the paragraphs between the section's heading and the next h2
   const answers = [];
@@ -95,3 +95,33 @@ def test_home_starts_with_one_evening_and_every_topic_within_two_screens(chromiu
                                                                       for p in topic_paths())
     below = [href for href, bottom in links if bottom > 2 * viewport["height"]]
     assert not below, f"topic links below the first two screens at {viewport}: {below}"
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
+def test_practice_starts_with_the_evening_plan_and_its_buttons_on_the_first_screen(chromium, server, viewport):  # noqa: F811
+    """Issue 32 item 7: the default deck follows the one-evening plan; Reveal and the grade buttons are on the first
+    screen; no button carries a tooltip that could cover another; the card counter advances as cards are graded."""
+    context, pg, errors = _context_page(chromium, server, viewport)
+    try:
+        pg.goto(server + "practice/", wait_until="load")
+        pg.evaluate("() => localStorage.clear()")
+        pg.reload(wait_until="load")
+        assert pg.locator("#mm-card-meta .mm-chip").first.inner_text().startswith("T3."), "the evening plan first"
+        for button in ("#mm-reveal", "#mm-next", "#mm-grade-again", "#mm-grade-easy"):
+            box = pg.locator(button).bounding_box()
+            assert box and box["y"] + box["height"] <= viewport["height"], f"{button} below the first screen: {box}"
+        assert pg.locator(".mm-practice button[title]").count() == 0, "a button's title becomes a tooltip over another"
+        assert pg.locator("#mm-progress").inner_text().startswith("Card 1 of ")
+        pg.locator("#mm-grade-good").click()
+        assert pg.locator("#mm-progress").inner_text().startswith("Card 2 of ")
+        cards = pg.evaluate("() => JSON.parse(document.getElementById('mm-cards').textContent)")
+    finally:
+        context.close()
+    assert not errors, errors
+    exercises = [c for c in cards if c["kind"] == "exercise"]
+    assert exercises and not [c["question"] for c in exercises if "Exercise:" in c["question"]]
+    assert not [c["question"] for c in exercises if "Key idea" not in c["answer"]], "an exercise card without its sketch"
+    # a card is read alone: no answer may point "above" or to "this page"
+    pointer = re.compile(r"\bthis page\b|\b(measured|shown|demo|table|plot|section|listed|see) above\b|\babove[.,;)]")
+    pointing = [c["question"][:60] for c in cards if pointer.search(re.sub(r"<[^>]+>", "", c["answer"]))]
+    assert not pointing, f"answers that point elsewhere on a page: {pointing}"

@@ -126,3 +126,17 @@ def test_a_demo_without_a_test_is_an_error(tmp_path):
     lonely = catalog.Demo("lonely", tmp_path / "lonely.py", module)
     check.check_tests(report, {"lonely": lonely, "kernel_fusion": catalog.discover()["kernel_fusion"]})
     assert len(report.errors) == 1 and "no test runs it" in report.errors[0] and "lonely" in report.errors[0]
+
+
+def test_a_page_without_its_cheat_entry_or_pitfall_fails(site, capsys):
+    """Issue 32 item 5: every topic has its cheat-sheet entry, with exactly one pitfall."""
+    code, _ = site(page=TOPIC.replace("  - Pitfall: timing without a sync.\n", ""))
+    assert code == 1 and "'cheat:' needs exactly one '- Pitfall: ...' line" in capsys.readouterr().err
+    code, _ = site(page=TOPIC.replace("cheat: |\n  - Bytes over time.\n  - Pitfall: timing without a sync.\n", ""))
+    assert code == 1 and "front matter lacks 'cheat:'" in capsys.readouterr().err
+
+
+def test_an_answer_that_points_elsewhere_on_the_page_fails(site, capsys):
+    """Issue 32 item 7: a 30-second answer or a follow-up is also a practice card, read alone."""
+    code, _ = site(page=TOPIC.replace("**Why?** Because.", "**Why?** Because of the table above."))
+    assert code == 1 and "points elsewhere on the page" in capsys.readouterr().err

@@ -270,6 +270,7 @@ def test_plot_titles_say_measured_where_and_projections_say_model():
     projected = plot_title({"title": "70B: where a step's time goes", "computed": True}, "CPU")
     assert "CPU" not in projected and "model, not measured" in projected
     assert [plain_number(v) for v in (1, 30, 300, 2000, 0.01, 0.5)] == ["1", "30", "300", "2,000", "0.01", "0.5"]
+    assert [plain_number(v) for v in (1024, 16384, 262144, 1234.5)] == ["1,024", "16,384", "262,144", "1,230"]
 
 
 def test_a_stepped_pipeline_timeline_is_drawn_as_a_gantt_chart():

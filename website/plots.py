@@ -52,11 +52,14 @@ def plot_title(series: dict, device_label: str) -> str:
 
 
 def plain_number(value: float, _pos=None) -> str:
-    """A tick label on a log axis as a plain number: 1, 30, 300, 0.01, 2,000 (never 10^0 or 3x10^2)."""
+    """A tick label on a log axis as a plain number: 1, 30, 300, 0.01, 2,000, 1,024 (never 10^0 or 3x10^2, never a
+    power of two rounded)."""
     if value == 0:
         return "0"
     if abs(value) >= 1e6 or abs(value) < 1e-3:
         return f"{value:.0e}".replace("e+0", "e").replace("e-0", "e-")
+    if float(value).is_integer():
+        return f"{int(value):,}"  # exact: a size of 1,024 or 16,384 reads as itself, never "1,020"
     if abs(value) >= 1000:
         return f"{float(f'{value:.3g}'):,.0f}"  # three significant digits, thousands separated
     return f"{value:.3g}"

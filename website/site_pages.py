@@ -365,12 +365,33 @@ def exercise_cards(url_dir: str, docs: Path = DOCS) -> list[dict]:
         topic_page = str(meta.get("topic_page") or meta.get("page") or (linked.group(1) if linked else ""))
         topic, topic_title = titles.get(f"topics/{topic_page.removesuffix('.md').split('/')[-1]}.md", ("", "Coding exercises"))
         url = posixpath.relpath(f"exercises/{path.stem}", url_dir or ".") + "/"
+        title = re.sub(r"^Exercise:\s*", "", title)  # the card says it is a coding exercise once
+        sketch = " ".join(str(meta.get("sketch") or "").split())
+        answer = (html.escape(sketch) if sketch else "Write it, then grade it on your machine; the exercise page "
+                  "says how, and folds a reference solution.")
         cards.append({"id": "exercise-" + path.stem, "kind": "exercise", "topic": topic, "topic_title": topic_title,
                       "difficulty": str(meta.get("difficulty") or "medium"), "measured": "", "url": url,
-                      "question": "Coding exercise: " + html.escape(title),
-                      "answer": "<p>Write it, then run its grader (the exercise page says how); the reference "
-                                "solution is folded on that page.</p>"})
+                      "question": "Coding exercise: " + html.escape(title[:1].upper() + title[1:]),
+                      "answer": f"<p>{answer}</p>"})
     return cards
+
+
+CARD_KINDS = ("question", "sizing", "exercise", "follow-up")  # within a topic, in this order
+
+
+def evening_first(cards: list[dict], docs: Path = DOCS) -> list[dict]:
+    """The default deck: the one-evening plan's topics in its order (each topic's questions, then its sizing
+    problems, exercises and follow-ups), then every other topic in curriculum order."""
+    plan = [step["topic"] for step in curriculum(docs)["plans"][0]["steps"]]
+    rest = [t for t in curriculum(docs)["topics"] if t not in plan]
+    order = {t: i for i, t in enumerate(plan + rest)}
+
+    def key(item: tuple[int, dict]) -> tuple:
+        i, card = item
+        kind = CARD_KINDS.index(card["kind"]) if card["kind"] in CARD_KINDS else len(CARD_KINDS)
+        return order.get(card["topic"], len(order)), kind, i
+
+    return [card for _, card in sorted(enumerate(cards), key=key)]
 
 
 def cards_script(cards: list[dict]) -> str:
@@ -443,8 +464,9 @@ def expand(markdown: str, page_src_uri: str, to_html=None, docs: Path = DOCS) ->
             from website import sizing  # the sizing problems and (when they exist) the coding exercises join the cards
 
             titles = {posixpath.basename(p.src_uri).removesuffix(".md"): (p.topic, p.title) for p in topic_pages(docs)}
-            return cards_script(practice_cards(to_html, url_dir, docs) + sizing.practice_cards(to_html, url_dir, titles)
-                                + exercise_cards(url_dir, docs))
+            return cards_script(evening_first(practice_cards(to_html, url_dir, docs)
+                                              + sizing.practice_cards(to_html, url_dir, titles)
+                                              + exercise_cards(url_dir, docs), docs))
         raise ValueError(f"{page_src_uri}: unknown placeholder <!-- mm:{name} -->")
 
     return PLACEHOLDER.sub(one, markdown)

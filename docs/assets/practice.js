@@ -104,6 +104,7 @@
     let order = all.map((_, i) => i);
     let visible = [];
     let pos = 0;
+    let graded = 0; // cards graded since the deck was last filtered or shuffled: the counter advances with them
     const now = () => Date.now();
 
     const topics = [...new Map(all.map((c) => [c.topic, c.topic_title])).entries()];
@@ -163,12 +164,12 @@
       $("mm-reveal").textContent = "Reveal answer";
       const t = now();
       const due = all.filter((c) => states[c.id] && states[c.id].due <= t).length;
-      const graded = all.filter((c) => states[c.id]).length;
+      const everGraded = all.filter((c) => states[c.id]).length;
       if (!visible.length) {
         $("mm-card-meta").textContent = "";
         $("mm-card-question").textContent = "No card matches these filters.";
         answer.innerHTML = "";
-        $("mm-progress").textContent = `${known.size} of ${all.length} cards marked known · ${graded} graded, ${due} due now`;
+        $("mm-progress").textContent = `${known.size} of ${all.length} cards marked known · ${everGraded} graded, ${due} due now`;
         return;
       }
       const c = all[visible[pos]];
@@ -190,8 +191,10 @@
         if (button) button.querySelector(".mm-grade-wait").textContent = wait(schedule(s, g, t).due - t);
       }
       $("mm-card").dataset.card = c.id;
-      $("mm-progress").textContent = `Card ${pos + 1} of ${visible.length} · ${known.size} of ${all.length} marked known · ` +
-        `${graded} graded, ${due} due now`;
+      // a graded card moves to the back of the deck and the next comes to the front: count the graded ones too
+      const number = Math.min(graded + pos + 1, visible.length);
+      $("mm-progress").textContent = `Card ${number} of ${visible.length} · ${known.size} of ${all.length} marked known · ` +
+        `${everGraded} graded, ${due} due now`;
     }
 
     function progress() {
@@ -247,6 +250,7 @@
       const id = all[visible[pos]].id;
       states[id] = schedule(states[id], g, now());
       save(SCHEDULE_KEY, states);
+      graded += 1;
       pos = 0; // the most-due card next
       filter();
     }
@@ -256,6 +260,7 @@
         [order[i], order[j]] = [order[j], order[i]];
       }
       pos = 0;
+      graded = 0;
       filter();
     }
 
@@ -269,7 +274,7 @@
       if (button) button.addEventListener("click", () => grade(g));
     }
     for (const id of ["mm-filter-topic", "mm-filter-difficulty", "mm-filter-kind", "mm-filter-unknown", "mm-filter-due"]) {
-      if ($(id)) $(id).addEventListener("change", () => { pos = 0; filter(); });
+      if ($(id)) $(id).addEventListener("change", () => { pos = 0; graded = 0; filter(); });
     }
     // Capture phase on window: the theme binds N and P to next/previous page; here they mean cards.
     const keys = { " ": reveal, n: () => step(1), arrowright: () => step(1), p: () => step(-1),
