@@ -27,6 +27,8 @@ OTHER = {
     "nats", "norm", "abs", "mse", "ulp", "logit", "lr", "value",
 }
 UNITS = frozenset({*BYTE_RATES, *FLOP_RATES, *TIMES, *SIZES, *RATIOS, *OTHER})
+# Units that name the kind of a bare number rather than a unit a reader says after it: the site prints the number alone.
+UNSPOKEN = frozenset({"value", "abs", "norm", "lr", "mse", "log ratio", "logit", "relative", "in magnitude", "bool"})
 # A value in these units is a magnitude: below zero it is a bug (a fitted slope or a difference in a time unit says
 # so with "signed": true).
 NONNEGATIVE = frozenset({*BYTE_RATES, *FLOP_RATES, *TIMES, *SIZES, "x"})

@@ -55,4 +55,4 @@ def test_without_a_gpu_record_only_the_cpu_tab_and_one_line_naming_what_is_pendi
     assert '=== "CPU"' in out and '=== "GPU"' not in out  # no empty GPU tab
     assert "not yet measured" not in out and "–" not in out and "Control:" not in out and "Value:" not in out
     note = [line for line in out.splitlines() if "mm-pending-note" in line]
-    assert len(note) == 1 and "3 numbers of kernel\\_fusion" in note[0]  # one claim and two H100 values
+    assert len(note) == 1 and "3 numbers of the kernel fusion demo" in note[0]  # one claim and two H100 values

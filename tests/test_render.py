@@ -100,7 +100,7 @@ def test_a_gpu_number_without_a_record_takes_its_sentence_and_the_page_names_it_
     assert "Then more prose, wrapped." in out and "Fractions of copy" not in out and "- control" not in out
     assert "| cpu |" in out and "| gpu |" not in out
     note = [line for line in out.splitlines() if "mm-pending-note" in line]
-    assert len(note) == 1 and "Still to measure on a GPU: 6 numbers of kernel\\_fusion." in note[0], note
+    assert len(note) == 1 and "Still to measure on a GPU: 6 numbers of the kernel fusion demo." in note[0], note
     assert "scripts.regen" not in note[0]
     lead = page("*On a GPU.* It is {{ metric kernel_fusion chain.eager.gbps @gpu }}.\n\nNext.", records)
     assert lead.strip() == "Next."  # an emphasised lead-in left alone goes with what it led
@@ -363,3 +363,14 @@ def test_only_a_measured_value_carries_its_device():
     out = page("{{ metric kernel_fusion ridge @gpu }}; {{ metric kernel_fusion chain.eager.gbps @gpu }}",
                {"cpu": rec, "h200": old_gpu})
     assert "295 FLOP/byte (datasheet)" in out and "10.0 GB/s (H200)" in out
+
+
+def test_numbers_read_as_numbers():
+    """Issue 32 review: a unit that only names the kind of a number is not printed ('0.0137 mse', '3 value'); a large
+    ratio has no false precision ('6506.22x'); a check mark over values not measured in the run says what they are."""
+    assert render.fmt_value(0.0137, "mse") == "0.0137" and render.fmt_value(3, "value") == "3"
+    assert render.fmt_value(6506.22, "x") == "6,506x" and render.fmt_value(2.5, "x") == "2.50x"
+    rec = make_record()
+    rec["metrics"]["proj"] = {"value": 28.7, "unit": "s", "origin": "computed"}
+    out = page("It is long{{ claim kernel_fusion @cpu proj > 5 }}.", {"cpu": rec})
+    assert "(computed: 28.7 &gt; 5.00)" in out and "CPU:" not in out

@@ -13,7 +13,7 @@ import re
 
 from records import digest as digests
 from records.record import Record
-from records import catalog, datasheets, devices
+from records import catalog, datasheets, devices, units
 from records.numbers import fmt_number, fmt_pair
 from records.paths import REPO_ROOT
 from website import sizing
@@ -63,12 +63,14 @@ CONTINUOUS_UNITS = {"fraction", "x", "ns", "us", "ms", "s", "B", "KB", "MB", "GB
 
 
 def fmt_value(value: float, unit: str) -> str:
+    if unit in units.UNSPOKEN:  # "0.0137", not "0.0137 mse": the sentence says what the number is
+        return f"{int(value):,}" if float(value).is_integer() else fmt_number(value)
     if float(value).is_integer() and "/" not in unit and unit not in CONTINUOUS_UNITS:
         return f"{int(value):,} {esc(singular(unit) if value == 1 else unit)}"  # counts: "2 compiles", "1 kernel"
     if unit == "fraction":
         return fmt_percent(value)
     if unit == "x":
-        return f"{value:.2f}x"
+        return f"{value:,.0f}x" if abs(value) >= 100 else f"{value:.2f}x"  # "6,506x", not "6506.22x"
     return f"{fmt_number(value)} {esc(unit)}"
 
 
@@ -371,7 +373,12 @@ def claim_text(marker: Marker, records: dict[str, Record]) -> str:
     checked = []
     for v in held:
         lhs, rhs = fmt_pair(v.lhs, v.rhs)
-        checked.append(f"{catalog.device_label(v.device_class)}: {lhs} {marker.op} {rhs}")
+        # a comparison of values none of which was measured in the run (a projection, a static count) is not the
+        # device's: its tooltip says what they are
+        kinds = {origin_of(side.name, records[v.device_class], records) for side in (marker.lhs, marker.rhs)
+                 if not isinstance(side, float)} if v.device_class in records else {"measured"}
+        label = catalog.device_label(v.device_class) if "measured" in kinds else ORIGIN_LABELS[sorted(kinds)[0]]
+        checked.append(f"{label}: {lhs} {marker.op} {rhs}")
     checked = "; ".join(checked)
     return (f'<span class="mm-check" role="img" aria-label="checked against the record" '
             f'data-claim="{attr(marker.expression)}" title="Checked against the record ({attr(checked)})">✓</span>')
@@ -479,8 +486,8 @@ def drop_pending(markdown: str, lost: list[str] | None = None) -> str:
             out[-2] = lead_in[:len(lead_in) - len(SENTENCE.split(lead_in)[-1])].rstrip()
         out.append("\n".join(kept))
     text = "".join(out)
-    names = ", ".join(f"{n} number{'s' if n > 1 else ''} of {esc(d)}" if i == 0 else f"{n} of {esc(d)}"
-                      for i, (d, n) in enumerate(counts.items()))
+    names = ", ".join(f"{n} number{'s' if n > 1 else ''} of the {esc(d.replace('_', ' '))} demo" if i == 0
+                      else f"{n} of the {esc(d.replace('_', ' '))} demo" for i, (d, n) in enumerate(counts.items()))
     note = f'\n\n<p class="mm-pending-note" markdown>Still to measure on a GPU: {names}.</p>\n'  # how: contributing
     return re.sub(r"^## Measured[ \t]*$", lambda m: m.group(0) + note, text, count=1, flags=re.M)
 
