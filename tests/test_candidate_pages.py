@@ -48,6 +48,13 @@ READ_PAGE = r"""() => {
 }"""
 
 
+LOAD_IMAGES = """async () => {
+  const images = [...document.querySelectorAll('.md-content img')];
+  images.forEach((i) => { i.loading = 'eager'; });
+  await Promise.all(images.map((i) => i.complete ? null : new Promise((done) => { i.onload = done; i.onerror = done; })));
+}"""
+
+
 def words(text: str) -> int:
     return len(re.findall(r"[A-Za-z0-9][\w'.%/+-]*", text))
 
@@ -56,6 +63,7 @@ def read(chromium, server, path, viewport):  # noqa: F811 (server: the fixture)
     context, pg, errors = _context_page(chromium, server, viewport)
     try:
         pg.goto(server + path, wait_until="load")
+        pg.evaluate(LOAD_IMAGES)  # a lazy image is 0 px until it loads; the reader who scrolls sees it whole
         return pg.evaluate(READ_PAGE), errors
     finally:
         context.close()

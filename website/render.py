@@ -223,15 +223,17 @@ def plot_path(demo: str, device_class: str, series_name: str) -> str:
 CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page shows the first ones
 
 
-def provenance_chip(rec: Record, state: str, record_url: str) -> str:
-    """One short line under the evidence: freshness, device, the main package, the date, the record itself."""
+def provenance_chip(rec: Record, state: str, record_url: str, code_url: str = "") -> str:
+    """One short line under the evidence: freshness, device, the main package, the date, the record itself and the
+    code that produced it (the demo's notebook page, with downloads)."""
     p = rec.provenance
     main = next((f"{esc(k)} {esc(v)}" for k, v in p.packages.items() if v and k in ("torch", "jax")), "")
-    parts = [f"**{esc(p.device_name)}**", main, esc(p.utc[:10]), f"[record]({record_url})"]
+    parts = [f"**{esc(p.device_name)}**", main, esc(p.utc[:10]), f"[record]({record_url})",
+             f"[code]({code_url})" if code_url else ""]
     return f'{badge(state)} <span class="mm-prov" markdown>' + " · ".join(x for x in parts if x) + "</span>"
 
 
-def device_tab(rec: Record, state: str, page_dir: str) -> str:
+def device_tab(rec: Record, state: str, page_dir: str, code_url: str = "") -> str:
     """The evidence (one plot or table), a provenance chip, then one fold with the rest of the run: the full
     provenance, the ceilings, what the stability guard saw, the other tables and plots, the correctness checks and
     the variants not run."""
@@ -260,7 +262,7 @@ def device_tab(rec: Record, state: str, page_dir: str) -> str:
     bits += [plural(n, noun) for n, noun in ((len(rest) - more_plots, "more table"), (more_plots, "more plot")) if n]
     title = "This run: " + ", ".join(bits + [plural(len(checks), "correctness check")])
     fold = f'??? info mm-run "{title}"\n\n' + "\n\n".join(_indent(part) for part in folded)
-    return "\n\n".join(x for x in (evidence, provenance_chip(rec, state, record_url), fold) if x)
+    return "\n\n".join(x for x in (evidence, provenance_chip(rec, state, record_url, code_url), fold) if x)
 
 
 def tab_label(device_class: str) -> str:
@@ -268,13 +270,15 @@ def tab_label(device_class: str) -> str:
     return esc(catalog.device_label(device_class)).replace('"', "&quot;")
 
 
-def results_block(demo: str, records: dict[str, Record], current_digest: str | None, page_dir: str) -> str:
+def results_block(demo: str, records: dict[str, Record], current_digest: str | None, page_dir: str,
+                  code_url: str = "") -> str:
     """A tab per device with a record: the GPUs first, newest first (H100 or H200, whichever was measured), then the
     CPU. No empty tab: a GPU number still to measure is named once per page (drop_pending)."""
     if not records:
         return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
     order = [*gpu_classes(records), *(c for c in records if not devices.is_gpu_class(c))]
-    tabs = [(tab_label(c), device_tab(records[c], record_state(records[c], current_digest), page_dir)) for c in order]
+    tabs = [(tab_label(c), device_tab(records[c], record_state(records[c], current_digest), page_dir, code_url))
+            for c in order]
     return "\n\n".join(f'=== "{label}"\n\n{_indent(body)}' for label, body in tabs)
 
 
@@ -283,9 +287,9 @@ def demo_src_uri(demo: catalog.Demo) -> str:
     return demo.path.relative_to(REPO_ROOT).as_posix()
 
 
-def code_link(demo: catalog.Demo, page_dir: str) -> str:
-    return (f"The code that produced these numbers: [{demo.path.name}]"
-            f"({posixpath.relpath(demo_src_uri(demo), page_dir or '.')}) (rendered as a notebook, with downloads).")
+def code_url(demo: catalog.Demo, page_dir: str) -> str:
+    """The demo's notebook page (the code that produced the numbers, with downloads), for the provenance chip."""
+    return posixpath.relpath(demo_src_uri(demo), page_dir or ".")
 
 
 # -- inline metrics and claims --------------------------------------------------------------------
@@ -408,8 +412,8 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
         records = records_of(marker.demo)
         if marker.kind == "results":
             digest = digests[marker.demo] if digests is not None else None  # None: the demo on disk decides
-            link = code_link(demos[marker.demo], page_dir) if marker.demo in demos else ""
-            return "\n\n" + link + "\n\n" + results_block(marker.demo, records, digest, page_dir) + "\n\n"
+            url = code_url(demos[marker.demo], page_dir) if marker.demo in demos else ""
+            return "\n\n" + results_block(marker.demo, records, digest, page_dir, url) + "\n\n"
         if marker.kind == "metric":
             return metric_text(marker, records)
         if marker.kind == "artifact":

@@ -55,11 +55,11 @@ def exclude_measured_from_search(html_text: str) -> str:
     if reading:
         html_text = (html_text[:reading.end()] + '<aside class="mm-search-skip" data-search-exclude="reading">'
                      + html_text[reading.end():] + "</aside>")
-    # claim check marks, the code link above a results block and the "not yet measured" notes are data about the
+    # claim check marks and the "not yet measured" notes are data about the
     # page's numbers, not prose to search
     html_text = html_text.replace('<span class="mm-check"', '<span data-search-exclude="claim" class="mm-check"')
     html_text = html_text.replace('<p class="mm-pending-note">', '<p data-search-exclude="note" class="mm-pending-note">')
-    return re.sub(r"<p>(The code that produced these numbers: )", r'<p data-search-exclude="link">\1', html_text)
+    return html_text
 
 
 QUESTION_SEARCH_BOOST = 3
