@@ -321,7 +321,6 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     rec = records.get(device)
     if rec is None:
         return pending(marker.demo)
-    metric = rec.metrics.get(marker.metric.name)
     # only a value measured in this run carries its device; a computed, datasheet or static-analysis one says so
     origin = origin_of(marker.metric.name, rec, records)
     label = catalog.device_label(device) if origin == "measured" else ORIGIN_LABELS[origin]
