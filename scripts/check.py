@@ -26,11 +26,11 @@ from website.claims import MARGIN_RULE, judge, known_device, margin, target_devi
 from website import page_safety
 from website.markers import MARKER, MarkerError, find, strays, transform_outside_code
 from records.numbers import fmt_pair
-from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, short_answers,
+from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, answers, short_answers,
                                 parse_topic, spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
-REQUIRED_SECTIONS = ["Questions", "30-second answer", "Full answer", "Measured", "Follow-up questions", "Pitfalls",
+REQUIRED_SECTIONS = ["Questions", "30-second answer", "Measured", "Follow-up questions", "Pitfalls",
                      "Further reading"]
 DIFFICULTIES = {"easy", "medium", "hard"}
 
@@ -180,8 +180,9 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
         if CARD_POINTER.search(answer):  # each is also a practice card, read alone
             report.error(f"{where}: the answer to **{question[:60]}** points elsewhere on the page "
                          f"({CARD_POINTER.search(answer).group(0)!r}); a practice card is read alone: name what it means")
-    if "Full answer" in sections and "??? " not in sections["Full answer"]:
-        report.error(f"{where}: '## Full answer' must be collapsible: put it in a '??? abstract \"Full model answer\"' block")
+    if "Full answer" in sections:
+        report.error(f"{where}: '## Full answer' is gone: each question's full answer sits under its 30-second answer, "
+                     "as '??? abstract \"Full answer\"' with the answer indented")
     if "Follow-up questions" in sections and "??? question" not in sections["Follow-up questions"]:
         report.error(f"{where}: '## Follow-up questions' needs '??? question \"...\"' blocks (question, hidden answer)")
     if "Measured" in sections:
@@ -209,17 +210,22 @@ def check_cheat_entry(report: Report, where: str, cheat) -> None:
 
 
 def check_short_answers(report: Report, where: str, questions_md: str, answers_md: str) -> None:
-    """One answer per question, in order, each starting with the question in bold and at most 90 spoken words."""
+    """One answer per question, in order, each starting with the question in bold, at most 90 spoken words, and
+    followed by its own full answer, collapsed."""
     questions = [m.group(1) for m in map(QUESTION.match, questions_md.splitlines()) if m]
-    answers = short_answers(answers_md)
-    asked = [q for q, _ in answers]
+    found = answers(answers_md)
+    asked = [a.question for a in found]
     for i, question in enumerate(questions):
         if question not in asked:
             report.error(f"{where}: '## 30-second answer' has no answer for question {i + 1}; start a paragraph with "
                          f"the question in bold, exactly: **{question}**")
     if [q for q in asked if q in questions] != [q for q in questions if q in asked]:
         report.error(f"{where}: the 30-second answers are not in the order of '## Questions'")
-    for question, answer in answers:
+    for a in found:
+        question, answer = a.question, a.short
+        if a.full is None or not a.full.strip():
+            report.error(f"{where}: the 30-second answer to **{question[:60]}** has no full answer under it; follow it "
+                         "with '??? abstract \"Full answer\"' and that question's full answer indented by 4 spaces")
         if question not in questions:
             report.error(f"{where}: 30-second answer to **{question[:60]}** matches no question of '## Questions'")
         words = spoken_words(answer)

@@ -63,12 +63,10 @@ cheat: |
 the scope in one sentence, the mechanism, the trade-off and its failure mode, and one measured number
 through a marker.
 
-## Full answer
+??? abstract "Full answer"
 
-??? abstract "Full model answer (try answering first)"
-
-    TODO: the full answer, in your own words, with the numbers taken from the records below
-    through markers, never typed.
+    TODO: this question's full answer, in your own words, with the numbers taken from the records
+    below through markers, never typed.
 
 ## Measured
 

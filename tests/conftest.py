@@ -108,8 +108,7 @@ cheat: |
 ## 30-second answer
 **Why?** Because.
 
-## Full answer
-??? abstract "Full model answer"
+??? abstract "Full answer"
     Long answer.
 
 ## Measured

@@ -75,10 +75,22 @@ def test_topic_missing_a_section_fails(site, capsys, section):
     assert f"missing section(s) ## {section}" in capsys.readouterr().err
 
 
-def test_full_answer_must_be_collapsible(site, capsys):
-    code, _ = site(page=TOPIC.replace('??? abstract "Full model answer"\n    Long answer.', "Long answer."))
+def test_each_question_has_its_full_answer_collapsed_under_it(site, capsys):
+    """Issue 32: per question, its 30-second answer and then its own full answer, collapsed."""
+    code, _ = site(page=TOPIC.replace('??? abstract "Full answer"\n    Long answer.', "Long answer."))
     assert code == 1
-    assert "'## Full answer' must be collapsible" in capsys.readouterr().err
+    assert "the 30-second answer to **Why?** has no full answer under it" in capsys.readouterr().err
+
+
+def test_a_bold_line_inside_a_full_answer_is_not_a_question(site, capsys):
+    code, _ = site(page=TOPIC.replace("    Long answer.", "    **What the numbers say** Long answer."))
+    assert code == 0, capsys.readouterr().err
+
+
+def test_the_old_page_wide_full_answer_is_refused(site, capsys):
+    code, _ = site(page=TOPIC.replace("## Measured", '## Full answer\n??? abstract "Full model answer"\n    Long.\n\n## Measured'))
+    assert code == 1
+    assert "'## Full answer' is gone" in capsys.readouterr().err
 
 
 def test_front_matter_is_required(site, capsys):

@@ -129,15 +129,59 @@ MARKER_WORDS = re.compile(r"\{\{\s*(metric|claim)\b.*?\}\}", re.S)
 SPOKEN_WORD_LIMIT = 90  # about 30 seconds spoken
 
 
-def short_answers(section: str) -> list[tuple[str, str]]:
-    """The 30-second answers of a page: (question, answer Markdown) for every paragraph of the section
-    that starts with the question in bold, in order."""
-    found = []
-    for paragraph in re.split(r"\n\s*\n", section.strip()):
-        m = ANSWER_START.match(paragraph.strip())
+FOLD = re.compile(r'^\?\?\?\+?\s+\w+(?:\s+"([^"]*)")?\s*$')
+FULL_ANSWER_TITLE = "Full answer"
+
+
+@dataclass
+class Answer:
+    question: str
+    short: str  # the 30-second answer, Markdown
+    full: str | None  # the fold right after it whose title starts with "Full answer", dedented; None: none follows
+
+
+def answers(section: str) -> list[Answer]:
+    """The answers of a page's '## 30-second answer' section, in order. Each is a paragraph that starts with the
+    question in bold (its 30-second answer), then that question's own full answer, collapsed:
+    ``??? abstract "Full answer"`` and the answer indented under it. Indented text (a fold's body) never starts an
+    answer, so a bold line inside a full answer is not taken for a question."""
+    found: list[Answer] = []
+    lines = section.splitlines()
+    i, previous_was_answer = 0, False
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        fold = FOLD.match(line)
+        if fold:
+            body = []
+            i += 1
+            while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
+                body.append(lines[i])
+                i += 1
+            if previous_was_answer and (fold.group(1) or "").startswith(FULL_ANSWER_TITLE):
+                found[-1].full = _dedent(body)
+            previous_was_answer = False
+            continue
+        if line.startswith("    "):  # indented text outside a fold: not an answer
+            i += 1
+            previous_was_answer = False
+            continue
+        paragraph = []
+        while i < len(lines) and lines[i].strip() and not lines[i].startswith("    ") and not FOLD.match(lines[i]):
+            paragraph.append(lines[i])
+            i += 1
+        m = ANSWER_START.match("\n".join(paragraph).strip())
         if m:
-            found.append((m.group(1).strip(), m.group(2).strip()))
+            found.append(Answer(m.group(1).strip(), m.group(2).strip(), None))
+        previous_was_answer = bool(m)
     return found
+
+
+def short_answers(section: str) -> list[tuple[str, str]]:
+    """The 30-second answers of a page: (question, answer Markdown), in order."""
+    return [(a.question, a.short) for a in answers(section)]
 
 
 def spoken_words(answer: str) -> int:
