@@ -30,7 +30,7 @@ from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WO
                                 parse_topic, spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
-REQUIRED_SECTIONS = ["Questions", "30-second answer", "Measured", "Follow-up questions", "Pitfalls",
+REQUIRED_SECTIONS = ["Questions", "Answers", "Measured", "Follow-up questions", "Pitfalls",
                      "Further reading"]
 DIFFICULTIES = {"easy", "medium", "hard"}
 
@@ -173,16 +173,18 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
             if not re.search(r"\((easy|medium|hard)\)\s*$", line):
                 report.error(f"{where}: question without a difficulty: {line[:70]!r}; end it with (easy), (medium) "
                              "or (hard)")
-    if "Questions" in sections and "30-second answer" in sections:
-        check_short_answers(report, where, sections["Questions"], sections["30-second answer"])
+    if "Questions" in sections and "Answers" in sections:
+        check_short_answers(report, where, sections["Questions"], sections["Answers"])
     check_cheat_entry(report, where, meta.get("cheat"))
-    for question, answer in short_answers(sections.get("30-second answer", "")) + parse_topic(path).follow_ups:
+    for question, answer in short_answers(sections.get("Answers", "")) + parse_topic(path).follow_ups:
         if CARD_POINTER.search(answer):  # each is also a practice card, read alone
             report.error(f"{where}: the answer to **{question[:60]}** points elsewhere on the page "
                          f"({CARD_POINTER.search(answer).group(0)!r}); a practice card is read alone: name what it means")
-    if "Full answer" in sections:
-        report.error(f"{where}: '## Full answer' is gone: each question's full answer sits under its 30-second answer, "
-                     "as '??? abstract \"Full answer\"' with the answer indented")
+    for old in ("30-second answer", "Full answer"):
+        if old in sections:
+            report.error(f"{where}: '## {old}' is gone: under '## Answers', each question is a heading "
+                         "('### The question?'), then its 30-second answer, then '??? abstract \"Full answer\"' with its "
+                         "full answer indented")
     if "Follow-up questions" in sections and "??? question" not in sections["Follow-up questions"]:
         report.error(f"{where}: '## Follow-up questions' needs '??? question \"...\"' blocks (question, hidden answer)")
     if "Measured" in sections:
@@ -210,30 +212,33 @@ def check_cheat_entry(report: Report, where: str, cheat) -> None:
 
 
 def check_short_answers(report: Report, where: str, questions_md: str, answers_md: str) -> None:
-    """One answer per question, in order, each starting with the question in bold, at most 90 spoken words, and
-    followed by its own full answer, collapsed."""
+    """Under '## Answers', one heading per question of '## Questions', in order; under each, its 30-second answer
+    (at most 90 spoken words), then its own full answer, collapsed, and nothing else."""
     questions = [m.group(1) for m in map(QUESTION.match, questions_md.splitlines()) if m]
     found = answers(answers_md)
     asked = [a.question for a in found]
     for i, question in enumerate(questions):
         if question not in asked:
-            report.error(f"{where}: '## 30-second answer' has no answer for question {i + 1}; start a paragraph with "
-                         f"the question in bold, exactly: **{question}**")
+            report.error(f"{where}: '## Answers' has no heading for question {i + 1}; write the question exactly as "
+                         f"listed: ### {question}")
     if [q for q in asked if q in questions] != [q for q in questions if q in asked]:
-        report.error(f"{where}: the 30-second answers are not in the order of '## Questions'")
+        report.error(f"{where}: the answers are not in the order of '## Questions'")
     for a in found:
         question, answer = a.question, a.short
-        if a.full is None or not a.full.strip():
-            report.error(f"{where}: the 30-second answer to **{question[:60]}** has no full answer under it; follow it "
-                         "with '??? abstract \"Full answer\"' and that question's full answer indented by 4 spaces")
         if question not in questions:
-            report.error(f"{where}: 30-second answer to **{question[:60]}** matches no question of '## Questions'")
+            report.error(f"{where}: '### {question[:60]}' under '## Answers' matches no question of '## Questions'")
         words = spoken_words(answer)
         if words > SPOKEN_WORD_LIMIT:
-            report.error(f"{where}: the 30-second answer to **{question[:60]}** has {words} words; at most "
+            report.error(f"{where}: the 30-second answer to '{question[:60]}' has {words} words; at most "
                          f"{SPOKEN_WORD_LIMIT} (about 30 seconds spoken): keep what a candidate says first")
         if not words:
-            report.error(f"{where}: the 30-second answer to **{question[:60]}** is empty")
+            report.error(f"{where}: '{question[:60]}' has no 30-second answer: a paragraph under its heading")
+        if a.full is None or not a.full.strip():
+            report.error(f"{where}: '{question[:60]}' has no full answer under its 30-second answer; follow it with "
+                         "'??? abstract \"Full answer\"' and that question's full answer indented by 4 spaces")
+        if a.stray:
+            report.error(f"{where}: under '{question[:60]}', text after its full answer ({a.stray[0]!r}); each "
+                         "question holds its 30-second answer, then its full answer, and nothing else")
 
 
 def check_gpu_set(report: Report, demos: dict[str, catalog.Demo], records: dict[str, dict], whole: bool) -> None:

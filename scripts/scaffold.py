@@ -57,9 +57,11 @@ cheat: |
 
 - TODO: the question as an interviewer asks it? (medium)
 
-## 30-second answer
+## Answers
 
-**TODO: the question as an interviewer asks it?** TODO: at most 90 words, what you would say first:
+### TODO: the question as an interviewer asks it?
+
+TODO: the 30-second answer, at most 90 words, what you would say first:
 the scope in one sentence, the mechanism, the trade-off and its failure mode, and one measured number
 through a marker.
 

@@ -105,8 +105,9 @@ cheat: |
 ## Questions
 - Why? (easy)
 
-## 30-second answer
-**Why?** Because.
+## Answers
+### Why?
+Because.
 
 ??? abstract "Full answer"
     Long answer.

@@ -8,6 +8,7 @@ times in artifacts/browser-timings.json.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -121,6 +122,8 @@ def test_topic_page_shows_measured_table_and_plot(page):
     page.locator(".tabbed-labels label", has_text="CPU").first.click()
     block = page.locator(".tabbed-block:visible").first
     plot = block.locator("img").first  # the evidence: the run's first plot, then a provenance chip
+    plot.evaluate("i => i.scrollIntoView()")  # lazy: it loads as the reader reaches it
+    plot.evaluate("i => i.complete || new Promise((done) => { i.onload = done; i.onerror = done; })")
     assert plot.is_visible() and block.locator(".mm-prov a", has_text="record").first.is_visible()
     block.locator("details.mm-run > summary").first.click()  # the rest of the run, one click away
     assert block.locator("details.mm-run table").first.is_visible()
@@ -353,6 +356,8 @@ def test_search_ranks_the_topic_page_that_answers_first(page, query, topic):
     title = page.locator(".md-search-result__item").first.locator("h1").first.inner_text()
     topics = (topic,) if isinstance(topic, str) else topic
     assert any(f"topics/{t}/" in href for t in topics), f"first result for {query!r}: {title!r} ({href})"
+    shown = re.sub(r"\s+", "", first.inner_text().lower())  # a highlighted term may wrap: "all-" + "reduce"
+    assert re.sub(r"\s+", "", query.lower()) in shown, f"the first result's snippet lacks {query!r}"
 
 
 @pytest.mark.parametrize("query, path", [

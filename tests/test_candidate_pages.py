@@ -3,7 +3,8 @@ sitting with its folds closed, and nothing in the reader's path is machinery or 
 
 Per topic page, at both sizes: no bare dash where a value belongs; only measured values carry a device (a
 computed, datasheet or static-analysis value says so); no unit printed twice ("64 GPUs GPUs"); no claim shown as
-an expression; every 30-second answer at most 90 words as rendered. At 1280x800 the page, folds closed, is under
+an expression; every question with a 30-second answer of at most 90 words as rendered and its full answer
+folded under it. At 1280x800 the page, folds closed, is under
 PAGE_HEIGHT_MAX px.
 """
 
@@ -39,14 +40,18 @@ READ_PAGE = r"""() => {
   }).filter(Boolean);
   const expressions = (main.textContent.match(/(✓ holds|✗ contradicted) on [^\n]{0,40}/g) || [])
     .concat([...main.querySelectorAll('.mm-claim-expr')].map((e) => e.innerText));
-  // the 30-second answers: the paragraphs between the section's heading and the next h2
+  // the 30-second answers: under '## Answers', each question's heading (h3), then the paragraphs before its
+  // full answer's fold; the question itself is not counted, and every question has a closed fold
   const answers = [];
-  const start = main.querySelector('h2[id="30-second-answer"]');
+  const folds = [];
+  const start = main.querySelector('h2[id="answers"]');
   for (let e = start && start.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSibling) {
-    const question = e.querySelector('strong');  // each answer opens with its question in bold: not counted
-    if (e.tagName === 'P') answers.push(question ? e.innerText.replace(question.innerText, '') : e.innerText);
+    if (e.tagName === 'H3') { answers.push(''); folds.push(null); }
+    else if (e.tagName === 'P' && answers.length && folds[folds.length - 1] === null) answers[answers.length - 1] += ' ' + e.innerText;
+    else if (e.tagName === 'DETAILS' && folds.length) folds[folds.length - 1] = e.open ? 'open' : e.querySelector('summary').innerText;
   }
-  return {height: document.documentElement.scrollHeight, dashes, mislabelled, doubled, expressions, answers};
+  const plots = [...main.querySelectorAll('img[src*="assets/plots/"]')].map((i) => i.currentSrc);
+  return {height: document.documentElement.scrollHeight, dashes, mislabelled, doubled, expressions, answers, folds, plots};
 }"""
 
 
@@ -82,8 +87,12 @@ def test_a_topic_page_puts_the_answer_first_and_no_machinery_in_the_way(chromium
     assert not page["doubled"], f"{path}: a unit printed twice: {page['doubled'][:5]}"
     assert not page["expressions"], f"{path}: a claim shown as an expression: {page['expressions'][:3]}"
     assert page["answers"], f"{path}: no 30-second answer found"
+    assert all(f == "Full answer" for f in page["folds"]), f"{path}: a question without its closed full answer: {page['folds']}"
     long = [(words(a), a[:60]) for a in page["answers"] if words(a) > WORDS_MAX]
     assert not long, f"{path}: 30-second answers over {WORDS_MAX} words as rendered: {long}"
+    # a phone loads each plot's phone copy (narrow, legend below the axes: legible at 390 px), a desktop the wide one
+    phone = [src.endswith(".phone.svg") for src in page["plots"]]
+    assert all(phone) if viewport == PHONE else not any(phone), f"{path}: wrong plot copies"
     if viewport == DESKTOP:
         assert page["height"] < PAGE_HEIGHT_MAX, f"{path} is {page['height']:,} px tall with its folds closed"
 

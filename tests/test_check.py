@@ -79,18 +79,25 @@ def test_each_question_has_its_full_answer_collapsed_under_it(site, capsys):
     """Issue 32: per question, its 30-second answer and then its own full answer, collapsed."""
     code, _ = site(page=TOPIC.replace('??? abstract "Full answer"\n    Long answer.', "Long answer."))
     assert code == 1
-    assert "the 30-second answer to **Why?** has no full answer under it" in capsys.readouterr().err
+    assert "'Why?' has no full answer under its 30-second answer" in capsys.readouterr().err
 
 
-def test_a_bold_line_inside_a_full_answer_is_not_a_question(site, capsys):
-    code, _ = site(page=TOPIC.replace("    Long answer.", "    **What the numbers say** Long answer."))
+def test_a_heading_inside_a_full_answer_is_not_a_question(site, capsys):
+    code, _ = site(page=TOPIC.replace("    Long answer.", "    ### What the numbers say\n\n    Long answer."))
     assert code == 0, capsys.readouterr().err
 
 
-def test_the_old_page_wide_full_answer_is_refused(site, capsys):
-    code, _ = site(page=TOPIC.replace("## Measured", '## Full answer\n??? abstract "Full model answer"\n    Long.\n\n## Measured'))
+def test_nothing_but_the_answers_under_a_question(site, capsys):
+    code, _ = site(page=TOPIC.replace("    Long answer.\n", "    Long answer.\n\nA stray paragraph.\n"))
     assert code == 1
-    assert "'## Full answer' is gone" in capsys.readouterr().err
+    assert "under 'Why?', text after its full answer ('A stray paragraph.')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old", ["Full answer", "30-second answer"])
+def test_the_old_sections_are_refused(site, capsys, old):
+    code, _ = site(page=TOPIC.replace("## Measured", f'## {old}\n??? abstract "Full model answer"\n    Long.\n\n## Measured'))
+    assert code == 1
+    assert f"'## {old}' is gone" in capsys.readouterr().err
 
 
 def test_front_matter_is_required(site, capsys):
@@ -150,5 +157,5 @@ def test_a_page_without_its_cheat_entry_or_pitfall_fails(site, capsys):
 
 def test_an_answer_that_points_elsewhere_on_the_page_fails(site, capsys):
     """Issue 32 item 7: a 30-second answer or a follow-up is also a practice card, read alone."""
-    code, _ = site(page=TOPIC.replace("**Why?** Because.", "**Why?** Because of the table above."))
+    code, _ = site(page=TOPIC.replace("### Why?\nBecause.", "### Why?\nBecause of the table above."))
     assert code == 1 and "points elsewhere on the page" in capsys.readouterr().err

@@ -43,7 +43,8 @@ def test_results_block_has_tabs_table_plot_and_fresh_badge():
     html = site_markdown(out)
     assert '=== "CPU"' in out and '=== "GPU"' not in out  # no empty GPU tab: the page names what is pending once
     assert "<table>" in html and "<td>compiled</td>" in html
-    assert 'src="../assets/plots/kernel_fusion/cpu-chain.svg"' in html
+    assert 'src="../../assets/plots/kernel_fusion/cpu-chain.svg"' in html  # served at topics/x/: raw HTML, not rewritten
+    assert 'srcset="../../assets/plots/kernel_fusion/cpu-chain.phone.svg"' in html
     assert "mm-fresh" in html and "1 of 1 correctness check passed" in html
     assert "triton (timing)" in html and "Test CPU" in html
 
@@ -190,7 +191,7 @@ def test_record_strings_cannot_inject_html_or_script():
         for name in ("href", "src"):
             assert not (attrs.get(name) or "").strip().lower().startswith("javascript"), (tag, attrs)
         if tag == "img":
-            assert attrs["src"] == "../assets/plots/kernel_fusion/cpu-chain.svg"
+            assert attrs["src"] == "../../assets/plots/kernel_fusion/cpu-chain.svg"
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown as text, harmlessly
 
 
@@ -198,17 +199,20 @@ def test_plot_files_are_svg_drawn_once_and_redrawn_when_the_data_changes(tmp_pat
     from website import plots
 
     monkeypatch.setattr(plots, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(plots.os, "cpu_count", lambda: 1)  # drawn here, where the test sees it
     drawn = []
     real = plots.series_svg
-    monkeypatch.setattr(plots, "series_svg", lambda s, label: drawn.append(s["name"]) or real(s, label))
+    monkeypatch.setattr(plots, "series_svg",
+                        lambda s, label, phone=False: drawn.append((s["name"], phone)) or real(s, label, phone))
     rec = make_record()
     files = render.plot_files({"kernel_fusion": {"cpu": rec}})
-    assert [p for p, _ in files] == ["assets/plots/kernel_fusion/cpu-chain.svg"]
-    assert files[0][1].lstrip().startswith("<?xml") and "<svg" in files[0][1]
-    assert render.plot_files({"kernel_fusion": {"cpu": rec}}) == files and drawn == ["chain"]  # cached
+    assert [p for p, _ in files] == ["assets/plots/kernel_fusion/cpu-chain.svg", "assets/plots/kernel_fusion/cpu-chain.phone.svg"]
+    assert files[0][1].lstrip().startswith("<?xml") and "<svg" in files[0][1] and files[1][1] != files[0][1]
+    both = [("chain", False), ("chain", True)]
+    assert render.plot_files({"kernel_fusion": {"cpu": rec}}) == files and drawn == both  # cached
     rec["series"][0]["lines"][0]["y"] = [6.0, 11.0]
     changed = render.plot_files({"kernel_fusion": {"cpu": rec}})
-    assert drawn == ["chain", "chain"] and changed[0][1] != files[0][1]
+    assert drawn == both + both and changed[0][1] != files[0][1]
 
 
 def test_artifact_marker_shows_the_text_in_a_fence_it_cannot_escape():
@@ -374,3 +378,12 @@ def test_numbers_read_as_numbers():
     rec["metrics"]["proj"] = {"value": 28.7, "unit": "s", "origin": "computed"}
     out = page("It is long{{ claim kernel_fusion @cpu proj > 5 }}.", {"cpu": rec})
     assert "(computed: 28.7 &gt; 5.00)" in out and "CPU:" not in out
+
+
+def test_a_cell_that_is_a_link_to_an_https_page_shows_as_that_link_and_nothing_else_does():
+    assert render._cell("[H100](https://www.nvidia.com/en-us/data-center/h100/)") == (
+        "[H100](https://www.nvidia.com/en-us/data-center/h100/)")
+    for hostile in ("[x](javascript:alert(1))", "[x](http://example.com/)", '[x](https://a.b/" onclick="y)',
+                    "[x](https://a.b/)(more)"):
+        assert render._cell(hostile).startswith("\\[x\\]\\("), hostile  # escaped: no link
+    assert render._cell("[<img src=x onerror=y>](https://a.b/)") == "[&lt;img src=x onerror=y&gt;](https://a.b/)"

@@ -113,6 +113,9 @@ def test_each_question_card_has_its_own_answer_and_measured_number(built_site):
         # with its device, or what it is when it was not measured (a simulation's output is computed)
         assert re.search(r"\((CPU|H100|H200|computed|datasheet|static analysis)\)", card["measured"]), card["measured"]
     assert all(c["measured"] == "" for c in cards if c["kind"] == "follow-up")
+    for card in (c for c in cards if c["kind"] == "question"):  # the card links to its question's heading
+        html = (site / "practice" / card["url"] / "index.html").resolve().read_text()
+        assert card["anchor"] and f'id="{card["anchor"]}"' in html, (card["url"], card["anchor"])
 
 
 def test_cheat_sheet_and_glossary(built_site):
@@ -223,7 +226,9 @@ def test_search_index_holds_prose_and_stays_small(built_site):
     topics = [d for d in index["docs"] if d["location"].startswith("topics/")]
     assert all(d.get("boost", 1) > 4 for d in topics if d["location"].endswith("#questions"))
     assert topics and all(d.get("boost", 1) > 1 for d in topics)
-    assert any("30-second answer" in d["title"] for d in topics)  # the answers are found
+    # each question is its own entry (its heading and 30-second answer): a short snippet that shows the term
+    questions = [d for d in topics if d["location"].endswith("#what-is-kernel-fusion-and-what-exactly-does-it-save-when-a-model-is-compiled-for-a-gpu")]
+    assert questions and questions[0].get("boost", 1) > 1 and len(questions[0]["text"]) < 1500
     page = (site / "topics" / "kernel-fusion" / "index.html").read_text()
     assert "data-search-exclude" not in page and "Measured on" in page  # the attribute is consumed, the data shown
 

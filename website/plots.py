@@ -136,17 +136,24 @@ def _draw_gantt(ax, series: dict, lanes) -> None:
               bbox_to_anchor=(0.5, -0.18))
 
 
-def series_svg(series: dict, device_label: str) -> str:
+PHONE_FIGSIZE = (4.0, 4.0)  # the phone copy: a 390 px screen shows it at about 0.9x, so its legend stays legible
+PHONE_TITLE_CHARS = 46
+
+
+def series_svg(series: dict, device_label: str, phone: bool = False) -> str:
     """One series (lines plus horizontal reference lines, or a Gantt timeline) as an SVG document with
-    a transparent background (the site turns it light-on-dark in dark mode)."""
-    with plt.rc_context(STYLE):
+    a transparent background (the site turns it light-on-dark in dark mode). ``phone``: the copy a narrow screen
+    loads instead, narrower, its title wrapped and its legend below the axes (a 7-inch plot shrunk to a phone's
+    width would print its legend at 6 px)."""
+    style = {**STYLE, "figure.figsize": PHONE_FIGSIZE} if phone else STYLE
+    with plt.rc_context(style):
         fig, ax = plt.subplots()
         lanes = gantt_lanes(series)
         if lanes:
             _draw_gantt(ax, series, lanes)
             ax.set_xlabel(series["x_label"])
             title = re.sub(r":\s*low = forward.*$", "", series["title"])
-            ax.set_title(plot_title({**series, "title": title}, device_label), fontsize=10)
+            ax.set_title(_wrapped(plot_title({**series, "title": title}, device_label), phone), fontsize=10)
         else:
             for i, line in enumerate(series["lines"]):
                 points = [(x, y) for x, y in zip(line["x"], line["y"]) if y is not None]
@@ -171,9 +178,12 @@ def series_svg(series: dict, device_label: str) -> str:
                 _log_axis(ax.yaxis)
             ax.set_xlabel(series["x_label"])
             ax.set_ylabel(series["y_label"])
-            ax.set_title(plot_title(series, device_label), fontsize=10)
+            ax.set_title(_wrapped(plot_title(series, device_label), phone), fontsize=10)
             ax.set_ylim(bottom=0 if not series.get("y_log") else None)
-            ax.legend(fontsize=8, frameon=False)
+            if phone:  # below the axes, one entry per line: nothing drawn over the data
+                ax.legend(fontsize=8.5, frameon=False, loc="upper left", bbox_to_anchor=(-0.15, -0.2), ncols=1)
+            else:
+                ax.legend(fontsize=8, frameon=False)
         fig.tight_layout()
         buf = io.StringIO()
         fig.savefig(buf, format="svg", transparent=True, metadata={"Date": None, "Creator": None})
@@ -181,30 +191,37 @@ def series_svg(series: dict, device_label: str) -> str:
     return buf.getvalue()
 
 
+def _wrapped(title: str, phone: bool) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, PHONE_TITLE_CHARS)) if phone else title
+
+
 _SOURCE_DIGEST = hashlib.sha256(open(__file__, "rb").read()).hexdigest()  # a change here redraws every plot
 
 
-def _cache_path(series: dict, device_label: str):
-    key = json.dumps([series, device_label, STYLE, matplotlib.__version__, _SOURCE_DIGEST], sort_keys=True)
+def _cache_path(series: dict, device_label: str, phone: bool = False):
+    key = json.dumps([series, device_label, STYLE, matplotlib.__version__, _SOURCE_DIGEST, phone], sort_keys=True)
     return CACHE_DIR / f"{hashlib.sha256(key.encode()).hexdigest()}.svg"
 
 
-def _draw_into_cache(series: dict, device_label: str, where: str = "a record") -> None:
+def _draw_into_cache(series: dict, device_label: str, where: str = "a record", phone: bool = False) -> None:
     try:
-        svg = series_svg(series, device_label)
+        svg = series_svg(series, device_label, phone)
     except Exception as e:  # a record the check let through but matplotlib cannot draw: one line naming it
         raise ValueError(f"{where}: series {series.get('name')!r} cannot be drawn "
                          f"({type(e).__name__}: {' '.join(str(e).split())[:160]})") from None
-    atomic.write_text(_cache_path(series, device_label), svg)
+    atomic.write_text(_cache_path(series, device_label, phone), svg)
 
 
-def cached_svgs(jobs: list[tuple[dict, str] | tuple[dict, str, str]]) -> list[str]:
-    """SVGs of (series, device label[, the record it is from]) jobs. Each is drawn once and kept in .cache/plots
+def cached_svgs(jobs: list[tuple[dict, str] | tuple[dict, str, str] | tuple[dict, str, str, bool]]) -> list[str]:
+    """SVGs of (series, device label[, the record it is from[, the phone copy]]) jobs. Each is drawn once and kept in .cache/plots
     under a hash of its data and style, so a rebuild only draws what changed. Missing plots are drawn in parallel
     by forked workers when this process runs a single thread (``mkdocs build``); under ``mkdocs
     serve``, whose server threads make forking unsafe, they are drawn here, one by one."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    missing = list({_cache_path(*job[:2]): job for job in jobs if not _cache_path(*job[:2]).exists()}.values())
+    key = lambda job: _cache_path(job[0], job[1], bool(job[3:4] and job[3]))  # noqa: E731
+    missing = list({key(job): job for job in jobs if not key(job).exists()}.values())
     workers = min(len(missing), os.cpu_count() or 1)
     if workers > 1 and threading.active_count() == 1:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
@@ -212,4 +229,4 @@ def cached_svgs(jobs: list[tuple[dict, str] | tuple[dict, str, str]]) -> list[st
     else:
         for job in missing:
             _draw_into_cache(*job)
-    return [_cache_path(*job[:2]).read_text() for job in jobs]
+    return [key(job).read_text() for job in jobs]

@@ -151,7 +151,14 @@ def _indent(text: str, n: int = 4) -> str:
     return "\n".join(pad + line if line.strip() else "" for line in text.splitlines())
 
 
+# A cell that is only a Markdown link to an https page (a datasheet's source) shows as that link; anything else,
+# other schemes and addresses with quotes, spaces or brackets included, stays inert text.
+_LINK_CELL = re.compile(r"\[([^\[\]]{1,80})\]\((https://[A-Za-z0-9.-]+(?:/[A-Za-z0-9._~/%+=&?#-]*)?)\)")
+
+
 def _cell(v) -> str:
+    if isinstance(v, str) and (link := _LINK_CELL.fullmatch(v.strip())):
+        return f"[{esc(link.group(1))}]({link.group(2)})"
     if v is None or (isinstance(v, str) and v.strip() in ("-", "–", "—")):  # no value here (a variant not run, no
         return "n/a"                                                        # event): said, never a bare dash
     if isinstance(v, int):
@@ -215,9 +222,28 @@ def evidence_and_rest(tables: list[str], plots: list[str]) -> tuple[str, list[st
     return (tables[0], tables[1:]) if tables else ("", [])
 
 
-def plot_path(demo: str, device_class: str, series_name: str) -> str:
+def plot_path(demo: str, device_class: str, series_name: str, phone: bool = False) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", f"{device_class}-{series_name}")
-    return f"{PLOTS_DIR}/{demo}/{safe}.svg"
+    return f"{PLOTS_DIR}/{demo}/{safe}{'.phone' if phone else ''}.svg"
+
+
+PHONE_MEDIA = "(max-width: 44.9375em)"  # the theme's phone and small-tablet widths (below 720 px)
+
+
+def plot_md(title: str, url: str, phone_url: str) -> str:
+    """A plot: its phone copy on a narrow screen, the wide one elsewhere; lazy (below the fold: not on the load path).
+    Raw HTML, since Markdown has no <picture>; every value is escaped for an attribute."""
+    return (f'<picture><source media="{PHONE_MEDIA}" srcset="{attr(phone_url)}">'
+            f'<img src="{attr(url)}" alt="{_inert_attr(title)}" loading="lazy"></picture>')
+
+
+_MD_IN_ATTR = str.maketrans({c: f"&#{ord(c)};" for c in "[]()!*_`{}\\<>"})
+
+
+def _inert_attr(value) -> str:
+    """An attribute value in raw HTML that Markdown still scans: escaped for HTML, and Markdown's punctuation as
+    character references, so a record's "![x](javascript:...)" stays text in the alt."""
+    return attr(value).translate(_MD_IN_ATTR)
 
 
 CHECKS_SHOWN = 20  # a long list of passed checks is in the record; the page shows the first ones
@@ -233,15 +259,18 @@ def provenance_chip(rec: Record, state: str, record_url: str, code_url: str = ""
     return f'{badge(state)} <span class="mm-prov" markdown>' + " · ".join(x for x in parts if x) + "</span>"
 
 
-def device_tab(rec: Record, state: str, page_dir: str, code_url: str = "") -> str:
+def device_tab(rec: Record, state: str, page_dir: str, code_url: str = "", url_dir: str | None = None) -> str:
     """The evidence (one plot or table), a provenance chip, then one fold with the rest of the run: the full
     provenance, the ceilings, what the stability guard saw, the other tables and plots, the correctness checks and
-    the variants not run."""
+    the variants not run. ``page_dir``: the page's source folder (Markdown links, which MkDocs rewrites);
+    ``url_dir``: the folder of its URL (the raw HTML of a plot, which MkDocs leaves alone)."""
     record_url = posixpath.relpath(f"results/{rec.demo}/{rec.device_class}.json", page_dir or ".")
     plots = []
     for series in sorted(rec.series, key=lambda s: not is_timeline(s)):  # a schedule's timeline first: it is the picture
-        url = posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"]), page_dir or ".")
-        plots.append(f"![{esc(series['title'])}]({url}){{ loading=lazy }}")  # below the fold: not on the load path
+        url, phone = (posixpath.relpath(plot_path(rec.demo, rec.device_class, series["name"], p),
+                                        (page_dir if url_dir is None else url_dir) or ".")
+                      for p in (False, True))
+        plots.append(plot_md(series["title"], url, phone))
     evidence, rest = evidence_and_rest([table_md(t) for t in rec.tables], plots)
     checks = rec.checks
     failed = [c for c in checks if not c.passed]
@@ -257,7 +286,7 @@ def device_tab(rec: Record, state: str, page_dir: str, code_url: str = "") -> st
     if rec.not_run:
         folded.append("**Not run on this device**\n\n" + "\n".join(f"- **{esc(variant)}**: {esc(reason)}"
                                                                      for variant, reason in rec.not_run))
-    more_plots = sum(r.startswith("![") for r in rest)
+    more_plots = sum(r.startswith("<picture>") for r in rest)
     bits = ["provenance", "ceilings"]
     bits += [plural(n, noun) for n, noun in ((len(rest) - more_plots, "more table"), (more_plots, "more plot")) if n]
     title = "This run: " + ", ".join(bits + [plural(len(checks), "correctness check")])
@@ -271,13 +300,13 @@ def tab_label(device_class: str) -> str:
 
 
 def results_block(demo: str, records: dict[str, Record], current_digest: str | None, page_dir: str,
-                  code_url: str = "") -> str:
+                  code_url: str = "", url_dir: str | None = None) -> str:
     """A tab per device with a record: the GPUs first, newest first (H100 or H200, whichever was measured), then the
     CPU. No empty tab: a GPU number still to measure is named once per page (drop_pending)."""
     if not records:
         return f'!!! warning "Not measured yet"\n    No record of `{demo}` exists: run `python -m scripts.regen {demo}`.'
     order = [*gpu_classes(records), *(c for c in records if not devices.is_gpu_class(c))]
-    tabs = [(tab_label(c), device_tab(records[c], record_state(records[c], current_digest), page_dir, code_url))
+    tabs = [(tab_label(c), device_tab(records[c], record_state(records[c], current_digest), page_dir, code_url, url_dir))
             for c in order]
     return "\n\n".join(f'=== "{label}"\n\n{_indent(body)}' for label, body in tabs)
 
@@ -388,6 +417,13 @@ def claim_text(marker: Marker, records: dict[str, Record]) -> str:
 
 
 # -- a whole page -------------------------------------------------------------------------------------
+def url_folder(page_src_uri: str) -> str:
+    """The folder of a page's URL (directory URLs): topics/kernel-fusion.md is served as topics/kernel-fusion/,
+    an index page as its own folder."""
+    name = posixpath.basename(page_src_uri)
+    return posixpath.dirname(page_src_uri) if name in ("index.md", "README.md") else page_src_uri.removesuffix(".md")
+
+
 def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, digests=None,
                 lost: list[str] | None = None) -> str:
     """Replace every marker of a page. ``load(demo)`` gives records by device class; ``digests``
@@ -396,6 +432,7 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
     demos = catalog.discover()
     cache: dict[str, dict] = {}
     page_dir = posixpath.dirname(page_src_uri)
+    url_dir = url_folder(page_src_uri)
 
     def records_of(demo: str) -> dict:
         if demo not in cache:
@@ -412,7 +449,7 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
         if marker.kind == "results":
             digest = digests[marker.demo] if digests is not None else None  # None: the demo on disk decides
             url = code_url(demos[marker.demo], page_dir) if marker.demo in demos else ""
-            return "\n\n" + results_block(marker.demo, records, digest, page_dir, url) + "\n\n"
+            return "\n\n" + results_block(marker.demo, records, digest, page_dir, url, url_dir) + "\n\n"
         if marker.kind == "metric":
             return metric_text(marker, records)
         if marker.kind == "artifact":
@@ -503,6 +540,7 @@ def plot_files(records_by_demo: dict[str, dict[str, Record]]) -> list[tuple[str,
     for demo, records in records_by_demo.items():
         for c, rec in records.items():
             for s in rec.series:
-                paths.append(plot_path(demo, c, s["name"]))
-                jobs.append((s, catalog.device_label(c), f"docs/results/{demo}/{c}.json"))
+                for phone in (False, True):
+                    paths.append(plot_path(demo, c, s["name"], phone))
+                    jobs.append((s, catalog.device_label(c), f"docs/results/{demo}/{c}.json", phone))
     return list(zip(paths, cached_svgs(jobs)))

@@ -77,8 +77,10 @@ def slim_search_index(index_json: str) -> str:
     for doc in index["docs"]:
         if "#" in doc["location"]:
             doc.pop("tags", None)
-        if re.match(r"topics/[^#]*#(questions|30-second-answer)$", doc["location"]):
-            # a topic's questions and short answers: the words a candidate searches for
+        if re.match(r"topics/[^#]*#questions$", doc["location"]):
+            # a topic's list of questions: the words a candidate searches for. Each question is also its own entry
+            # (its heading, the title field's weight, and its 30-second answer), not boosted further: boosted, a
+            # page's one question that names a term outranks the page whose subject it is ("all-reduce")
             doc["boost"] = QUESTION_SEARCH_BOOST * doc.get("boost", 1)
         doc["text"] = _INLINE_TAGS.sub("", _BLOCK_TAGS.sub(" ", doc["text"])).strip()
     return json.dumps(index, ensure_ascii=False, separators=(",", ":"))

@@ -124,12 +124,13 @@ def parse_topic(path: Path) -> TopicPage:
     return page
 
 
-ANSWER_START = re.compile(r"^\*\*(.+?)\*\*\s*(.*)$", re.S)
 MARKER_WORDS = re.compile(r"\{\{\s*(metric|claim)\b.*?\}\}", re.S)
 SPOKEN_WORD_LIMIT = 90  # about 30 seconds spoken
 
 
 FOLD = re.compile(r'^\?\?\?\+?\s+\w+(?:\s+"([^"]*)")?\s*$')
+QUESTION_HEADING = re.compile(r"^### +(.+?)\s*$")
+ANSWERS_SECTION = "Answers"
 FULL_ANSWER_TITLE = "Full answer"
 
 
@@ -138,18 +139,24 @@ class Answer:
     question: str
     short: str  # the 30-second answer, Markdown
     full: str | None  # the fold right after it whose title starts with "Full answer", dedented; None: none follows
+    stray: list[str] = field(default_factory=list)  # anything else under the question's heading (a check error)
 
 
 def answers(section: str) -> list[Answer]:
-    """The answers of a page's '## 30-second answer' section, in order. Each is a paragraph that starts with the
-    question in bold (its 30-second answer), then that question's own full answer, collapsed:
-    ``??? abstract "Full answer"`` and the answer indented under it. Indented text (a fold's body) never starts an
-    answer, so a bold line inside a full answer is not taken for a question."""
+    """The answers of a page's '## Answers' section, in order. Each question is a heading (`### The question?`);
+    under it, its 30-second answer (unindented text), then its own full answer, collapsed:
+    ``??? abstract "Full answer"`` and the answer indented under it. Indented text (a fold's body) never starts a
+    question, so a heading inside a full answer is not taken for one."""
     found: list[Answer] = []
     lines = section.splitlines()
-    i, previous_was_answer = 0, False
+    i = 0
     while i < len(lines):
         line = lines[i]
+        heading = QUESTION_HEADING.match(line)
+        if heading:
+            found.append(Answer(heading.group(1), "", None))
+            i += 1
+            continue
         if not line.strip():
             i += 1
             continue
@@ -160,22 +167,21 @@ def answers(section: str) -> list[Answer]:
             while i < len(lines) and (lines[i].startswith("    ") or not lines[i].strip()):
                 body.append(lines[i])
                 i += 1
-            if previous_was_answer and (fold.group(1) or "").startswith(FULL_ANSWER_TITLE):
+            if found and found[-1].full is None and (fold.group(1) or "").startswith(FULL_ANSWER_TITLE):
                 found[-1].full = _dedent(body)
-            previous_was_answer = False
-            continue
-        if line.startswith("    "):  # indented text outside a fold: not an answer
-            i += 1
-            previous_was_answer = False
+            elif found:
+                found[-1].stray.append(line.strip())
             continue
         paragraph = []
-        while i < len(lines) and lines[i].strip() and not lines[i].startswith("    ") and not FOLD.match(lines[i]):
+        while (i < len(lines) and lines[i].strip() and not FOLD.match(lines[i])
+               and not QUESTION_HEADING.match(lines[i])):
             paragraph.append(lines[i])
             i += 1
-        m = ANSWER_START.match("\n".join(paragraph).strip())
-        if m:
-            found.append(Answer(m.group(1).strip(), m.group(2).strip(), None))
-        previous_was_answer = bool(m)
+        text = "\n".join(paragraph).strip()
+        if found and found[-1].full is None:
+            found[-1].short = f"{found[-1].short}\n\n{text}".strip()
+        elif found:
+            found[-1].stray.append(text[:60])
     return found
 
 
@@ -351,6 +357,16 @@ def cheat_sheet(from_dir: str, docs: Path = DOCS) -> str:
 
 
 # -- practice cards ---------------------------------------------------------------------------------------------
+def question_anchor(question: str) -> str:
+    """The id MkDocs gives a question's heading (Python-Markdown's toc slug of the heading's text): a practice card
+    links to its question, not to the top of the page."""
+    from markdown.extensions.toc import slugify
+
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", question)  # a link's text
+    text = re.sub(r"[`*]", "", text)  # code and bold marks (an underscore stays: it is a word character)
+    return slugify(html.unescape(text), "-")
+
+
 def card_id(page: TopicPage, question: str) -> str:
     return hashlib.sha1(f"{page.src_uri}\n{question}".encode()).hexdigest()[:12]
 
@@ -368,7 +384,7 @@ def practice_cards(to_html, url_dir: str, docs: Path = DOCS) -> list[dict]:
     for p in topic_pages(docs):
         url = posixpath.relpath(p.src_uri.removesuffix(".md"), from_dir or ".") + "/"
         base = {"topic": p.topic, "topic_title": p.title, "url": url}
-        section = p.sections.get("30-second answer", "")
+        section = p.sections.get(ANSWERS_SECTION, "")
         answers = dict(short_answers(section))
         whole = None  # a page not yet in the one-answer-per-question format: its whole section
         for question, difficulty in p.questions:
@@ -377,7 +393,8 @@ def practice_cards(to_html, url_dir: str, docs: Path = DOCS) -> list[dict]:
                 whole = whole or to_html(relink(section, p, from_dir, as_url=True), p)
             found = first_metric(answer, docs) if answer else None
             measured = "" if found is None else to_html(f"{found[0]} — {found[1]}", p)
-            cards.append({**base, "id": card_id(p, question), "kind": "question", "difficulty": difficulty,
+            cards.append({**base, "anchor": question_anchor(question) if answer is not None else "",
+                          "id": card_id(p, question), "kind": "question", "difficulty": difficulty,
                           "question": html.escape(question), "measured": measured,
                           "answer": whole if answer is None else to_html(relink(answer, p, from_dir, as_url=True), p)})
         for question, answer in p.follow_ups:
