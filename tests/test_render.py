@@ -272,7 +272,7 @@ def test_plot_titles_say_measured_where_and_projections_say_model():
 
     assert plot_title({"title": "bias + GELU: effective bandwidth"}, "CPU") == "bias + GELU: effective bandwidth (CPU, measured)"
     projected = plot_title({"title": "70B: where a step's time goes", "computed": True}, "CPU")
-    assert "CPU" not in projected and "model, not measured" in projected
+    assert "CPU" not in projected and "computed, not measured" in projected
     assert [plain_number(v) for v in (1, 30, 300, 2000, 0.01, 0.5)] == ["1", "30", "300", "2,000", "0.01", "0.5"]
     assert [plain_number(v) for v in (1024, 16384, 262144, 1234.5)] == ["1,024", "16,384", "262,144", "1,230"]
 
@@ -387,3 +387,10 @@ def test_a_cell_that_is_a_link_to_an_https_page_shows_as_that_link_and_nothing_e
                     "[x](https://a.b/)(more)"):
         assert render._cell(hostile).startswith("\\[x\\]\\("), hostile  # escaped: no link
     assert render._cell("[<img src=x onerror=y>](https://a.b/)") == "[&lt;img src=x onerror=y&gt;](https://a.b/)"
+
+
+def test_a_tiny_size_is_written_in_a_unit_that_reads():
+    assert render.fmt_value(3.814697265625e-06, "MiB") == "4 B"
+    assert render.fmt_value(0.00048828125, "MiB") == "512 B"
+    assert render.fmt_value(0.005, "GB") == "5.00 MB"
+    assert render.fmt_value(0.5, "MiB") == "0.500 MiB"

@@ -264,5 +264,5 @@ def test_plots_are_transparent_with_plain_log_ticks_gantt_timelines_and_honest_t
     assert candidates, "the 70B projection plot"
     for p in candidates:
         text = p.read_text()
-        assert "model, not measured" in text and "(CPU" not in text, p.name
+        assert "computed, not measured" in text and "(CPU" not in text, p.name
     del projection

@@ -44,10 +44,10 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 DASHES = ["-", "--", "-.", ":"]
 def plot_title(series: dict, device_label: str) -> str:
     """What was measured and where: the series title with the device that measured it, or, for a
-    projection from a model (``"computed": true``), the title with "(model, not measured)" instead: the
+    projection from a model or from datasheet figures (``"computed": true``), the title with "(computed, not measured)" instead: the
     machine that ran the demo did not measure it."""
     if series.get("computed"):
-        return f"{series['title']} (model, not measured)"
+        return f"{series['title']} (computed, not measured)"
     return f"{series['title']} ({device_label}, measured)"
 
 
@@ -152,7 +152,7 @@ def series_svg(series: dict, device_label: str, phone: bool = False) -> str:
         if lanes:
             _draw_gantt(ax, series, lanes)
             ax.set_xlabel(series["x_label"])
-            title = re.sub(r":\s*low = forward.*$", "", series["title"])
+            title = re.sub(r"[:;]\s*low = forward.*$", "", series["title"])
             ax.set_title(_wrapped(plot_title({**series, "title": title}, device_label), phone), fontsize=10)
         else:
             for i, line in enumerate(series["lines"]):

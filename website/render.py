@@ -62,7 +62,17 @@ def singular(unit: str) -> str:
 CONTINUOUS_UNITS = {"fraction", "x", "ns", "us", "ms", "s", "B", "KB", "MB", "GB", "KiB", "MiB", "GiB", "%"}
 
 
+SMALLER_UNIT = {"GiB": ("MiB", 1024), "MiB": ("KiB", 1024), "KiB": ("B", 1024),
+                "GB": ("MB", 1000), "MB": ("KB", 1000), "KB": ("B", 1000)}
+
+
 def fmt_value(value: float, unit: str) -> str:
+    if unit in SMALLER_UNIT and 0 < abs(value) < 0.01:  # "4 B", not "3.81e-06 MiB"
+        while unit in SMALLER_UNIT and abs(value) < 1:
+            unit, factor = SMALLER_UNIT[unit]
+            value *= factor
+        if unit == "B":
+            return f"{round(value):,} B"
     if unit in units.UNSPOKEN:  # "0.0137", not "0.0137 mse": the sentence says what the number is
         return f"{int(value):,}" if float(value).is_integer() else fmt_number(value)
     if float(value).is_integer() and "/" not in unit and unit not in CONTINUOUS_UNITS:
