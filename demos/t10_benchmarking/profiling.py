@@ -215,7 +215,14 @@ run.table("split", "Where a step's time goes (shares of the step: the profiled s
                                  "unprofiled us per call",
                                  "median op (us)", "compute (matmul)", "other operators",
            "outside operators"], rows)
-run.series("split", "Share of the step: compute, other operators, outside operators", "program (0 mlp, 1 tiny layers, 2 big matmul)",
+# the finding: each program's largest part of the step, and its share
+shares = {name: {part: splits[name][part] / (splits[name]["compute"] + splits[name]["other"] + splits[name]["outside"])
+                 for part in ("compute", "other", "outside")} for name in programs}
+largest = {name: max(shares[name], key=shares[name].get) for name in programs}
+PROGRAM_WORDS = {"mlp_step": "MLP", "tiny_layers_step": "tiny layers", "one_big_matmul": "big matmul"}
+PART_WORDS = {"compute": "compute", "other": "other ops", "outside": "outside ops"}
+run.series("split", ", ".join(f"{PROGRAM_WORDS[name]} {shares[name][largest[name]]:.0%} {PART_WORDS[largest[name]]}"
+                              for name in programs), "program (0 mlp, 1 tiny layers, 2 big matmul)",
            "share of the step", {part: ([0, 1, 2], [splits[p][part] / (splits[p]["compute"] + splits[p]["other"] +
                                                                         splits[p]["outside"]) for p in programs])
                                  for part in ("compute", "other", "outside")})

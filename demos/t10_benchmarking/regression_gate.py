@@ -177,7 +177,9 @@ run.table("gate", f"Gate decisions: k = {k} pairs each, threshold {limit:.3f}, {
             f"{float(np.mean(r > limit)):.0%}", "yes" if lbl == "slower" else "no"]
            for lbl in results for order, r in zip(("interleaved", "sequential"), results[lbl])])
 edges = np.linspace(0.9, 1.25, 36)
-run.series("gate", "Gate ratio over trials (interleaved pairs)", "candidate / baseline (median of pairs)",
+false_alarms, misses = int(np.sum(results["unchanged"][0] > limit)), int(np.sum(results["slower"][0] <= limit))
+run.series("gate", f"Threshold {limit:.3f}, k = {k} pairs: {false_alarms}/{trials} false alarms, "
+           f"{misses}/{trials} misses", "candidate / baseline (median of pairs)",
            "trials", {lbl: (((edges[:-1] + edges[1:]) / 2).tolist(), np.histogram(r[0], edges)[0].tolist())
                       for lbl, r in results.items()}, hlines=None)
 

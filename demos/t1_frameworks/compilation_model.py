@@ -359,6 +359,8 @@ run.table("jax_stages", "jax.jit of the forward pass, stage by stage",
           [["trace (make_jaxpr)", round(trace_s * 1e3, 2), f"jaxpr, {len(jaxpr.eqns)} equations"],
            ["lower", round(lower_s * 1e3, 2), f"StableHLO, {stablehlo_ops} operations"],
            ["compile (XLA)", round(compile_s * 1e3, 2), f"optimized HLO, {fusions} fusions"]])
-run.series("first_calls", "First call at each new batch size", "batch size (met in this order)", "first call (s)",
+run.series("first_calls", f"Compiles for {len(BATCHES)} new batch sizes: jax.jit {recompiles['jax_jit'][0]}, "
+           f"torch.compile() {recompiles['torch_default'][0]}, dynamic=True {recompiles['torch_dynamic'][0]}",
+           "batch size (met in this order)", "first call (s)",
            {label: (BATCHES, recompiles[p][1]) for p, (label, _) in POLICIES.items()}, y_log=True)
 run.save()

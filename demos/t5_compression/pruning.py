@@ -156,7 +156,9 @@ for (method, tuned), by_s in curves.items():
         run.metric(key + "_min", min(by_s[s]), "fraction", label=f"{label} at {s:.0%} sparsity, worst seed")
         table.append([method, "yes" if tuned else "no", s, round(float(np.mean(by_s[s])), 4), round(min(by_s[s]), 4),
                       round(max(by_s[s]), 4)])
-run.series("accuracy_vs_sparsity", "Held-out accuracy vs sparsity", "sparsity (fraction of weights zero)",
+at90 = {tuned: float(np.mean(curves["unstructured", tuned][0.9])) for tuned in (False, True)}
+run.series("accuracy_vs_sparsity", f"Unstructured at 90% zeros: {at90[False]:.0%} accuracy, {at90[True]:.0%} "
+           f"fine-tuned, dense {dense_mean:.0%}", "sparsity (fraction of weights zero)",
            "held-out accuracy", lines, hlines={"dense": dense_mean})
 run.table("accuracy", f"Held-out accuracy after pruning ({len(seeds)} seeds; fine-tune: {ft_epochs} epochs)",
           ["method", "fine-tuned", "sparsity", "mean", "min", "max"], table)

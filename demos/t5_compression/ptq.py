@@ -144,7 +144,8 @@ for factor in factors:
         accuracy(lambda x: run_quantized(m, x, 8, True, calibrate(m, x_tr[:256], "minmax")), x_te, y_te))
     outlier["w8a8_smoothed"].append(
         accuracy(lambda x: run_quantized(sm, x, 8, True, calibrate(sm, x_tr[:256], "minmax")), x_te, y_te))
-run.series("outlier", "One hidden unit scaled by a factor (same float function): INT8 accuracy",
+run.series("outlier", f"Outlier x{factors[-1]}: INT8 weights per-tensor {outlier['w8_per_tensor'][-1]:.0%} accurate, "
+           f"per-channel {outlier['w8_per_channel'][-1]:.0%}",
            "outlier factor", "held-out accuracy", {k: (factors, v) for k, v in outlier.items()}, x_log=True)
 i300 = factors.index(300)
 for k, v in outlier.items():

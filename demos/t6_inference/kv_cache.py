@@ -180,7 +180,10 @@ run.table("step_time", f"One greedy step (batch 1) vs position, {str(serving_dty
           ["position", "without cache (ms)", "with cache (ms)", "without / with"],
           [[p, round(a.median_s * 1e3, 3), round(b.median_s * 1e3, 3), round(a.median_s / b.median_s, 2)]
            for p, a, b in zip(positions, step_times["without cache"], step_times["with cache"])])
-run.series("step_time", "Time of one decode step vs position", "position (tokens already in the sequence)",
+growth = {name: ts[-1].median_s / ts[0].median_s for name, ts in step_times.items()}  # last position over first
+run.series("step_time", f"Step time at position {positions[-1]} over {positions[0]}: "
+           f"{growth['without cache']:.1f}x without cache, {growth['with cache']:.1f}x with it",
+           "position (tokens already in the sequence)",
            "ms per step", {name: (positions, [t.median_s * 1e3 for t in ts]) for name, ts in step_times.items()})
 run.table("generation", f"Generating {n_new} tokens after a {prompt_len}-token prompt (batch 1)",
           ["variant", "total (s)", "p10-p90 (s)", "ms per token"],

@@ -279,7 +279,10 @@ run.metric("kv_bytes_per_token", token_bytes, "bytes", label="KV cache bytes per
 run.table("waste", f"KV memory reserved vs held, saturated continuous batching of {n_requests} requests "
           f"(prompt {prompt_len}, outputs {out_min}-{out_max}, at most {b_max} running)",
           ["scheme", "granularity (tokens)", "waste (% of reserved)", "sequences per preallocated slot"], rows)
-run.series("waste_vs_block", "Reserved-but-unused KV memory vs block size", "block size (tokens)",
+small_bs, large_bs = block_sizes[0], block_sizes[-1]
+run.series("waste_vs_block", f"KV memory unused: paged {paged_results[small_bs]['waste']:.0%} (block {small_bs}) to "
+           f"{paged_results[large_bs]['waste']:.0%} (block {large_bs}), preallocated {prealloc['waste']:.0%}",
+           "block size (tokens)",
            "waste (% of reserved)", {"paged": (block_sizes, [100 * paged_results[b]["waste"] for b in block_sizes])},
            hlines={"preallocate max length": 100 * prealloc["waste"]}, x_log=True)
 run.save()

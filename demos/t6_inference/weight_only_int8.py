@@ -197,7 +197,17 @@ for rows in rows_sweep:
                            round(linear[base_name, rows].median_s / t.median_s, 2)])
 run.table("linear", f"One {width}x{width} linear layer, decode shapes",
           ["rows", "variant", "median (ms)", "p10-p90 (ms)", "weight GB/s", f"speedup vs {base_name}"], table_rows)
-run.series("linear_time", f"{width}x{width} linear: time vs rows in the step", "rows (tokens in the step)", "ms",
+# the finding: up to how many rows the fused INT8 kernel beats full precision, and its speedup at one row
+ahead = []  # the row counts, from the first, at which fused INT8 is faster
+for rows in rows_sweep:
+    if linear[fused_name, rows].median_s >= linear[base_name, rows].median_s:
+        break
+    ahead.append(rows)
+speedup_1 = linear[base_name, rows_sweep[0]].median_s / linear[fused_name, rows_sweep[0]].median_s
+where = "at every row count" if ahead == rows_sweep else f"up to {ahead[-1]} rows" if len(ahead) > 1 else "at 1 row"
+linear_title = (f"{width}x{width} linear: fused INT8 beats {base_name} {where} ({speedup_1:.2g}x at 1 row)" if ahead
+                else f"{width}x{width} linear: fused INT8 {1 / speedup_1:.2g}x slower than {base_name} at 1 row")
+run.series("linear_time", linear_title, "rows (tokens in the step)", "ms",
            {name: (rows_sweep, [linear[name, r].median_s * 1e3 for r in rows_sweep]) for name in variants}, x_log=True)
 r1 = rows_sweep[0]
 for name, (_, _, bytes_per_weight) in variants.items():

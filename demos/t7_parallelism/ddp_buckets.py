@@ -143,7 +143,9 @@ run.table("bucket_sweep", f"DDP bucket size on {sweep_world} ranks ({sweep_param
           f"{sweep_params * 4 / MB:.1f} MB of gradients, batch {cfg['batch']})",
           ["bucket_cap_mb", "all-reduces (first step)", "all-reduces (steady step)", "largest bucket (MB)",
            "step median (ms)", "p10-p90 (ms)"], sweep_rows)
-run.series("bucket_calls", "All-reduce calls per step vs DDP bucket size", "bucket_cap_mb (MiB)",
+settled = next(i for i in range(len(calls)) if all(c == calls[-1] for c in calls[i:]))  # first cap of the final count
+run.series("bucket_calls", f"{calls[0]} all-reduces per step at {caps[0]:g} MiB buckets, {calls[-1]} from "
+           f"{caps[settled]:g} MiB up", "bucket_cap_mb (MiB)",
            "all-reduces per step", {"measured (profiler)": (caps, calls)}, x_log=True, y_log=True)
 run.series("bucket_time", "Training step time vs DDP bucket size", "bucket_cap_mb (MiB)", "median step (ms)",
            {f"{sweep_world} ranks": (caps, step_ms)}, x_log=True)

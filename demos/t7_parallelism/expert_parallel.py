@@ -303,7 +303,9 @@ run.table("load", f"Tokens per expert over {n_tokens} tokens ({WORLD_SIZE} ranks
           f"2r and 2r+1 live on rank r; dropped = share of assignments over capacity C = cf x tokens x k / E",
           ["router", "k", *[f"expert {e}" for e in range(N_EXPERTS)], "imbalance (max/mean)",
            *[f"dropped at cf={cf}" for cf in CAPACITY_FACTORS]], load_rows)
-run.series("tokens_per_expert", f"Tokens per expert, k=2, {n_tokens} tokens", "expert", "tokens", bars,
+busiest = {router: max(counts) / (n_tokens * 2 / N_EXPERTS) for router, (_, counts) in bars.items()}  # k=2 imbalance
+run.series("tokens_per_expert", f"k=2, {n_tokens} tokens: busiest expert {busiest['random router']:.2f}x the mean, "
+           f"skewed router {busiest['skewed router']:.1f}x", "expert", "tokens", bars,
            hlines={"mean (tokens x k / E)": n_tokens * 2 / N_EXPERTS,
                    "capacity at cf=1.25": math.floor(1.25 * n_tokens * 2 / N_EXPERTS)})
 

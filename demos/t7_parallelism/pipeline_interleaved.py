@@ -127,7 +127,10 @@ run.table("bubble", f"Interleaved 1F1B (torch), p = {p} devices, v = {VIRTUAL_ST
           f"forward per device per step (median of {size['repeats']} steps)",
           ["m", "formula without interleaving (p-1)/(m+p-1)", "formula (p-1)/(vm+p-1)", "measured idle, mean",
            "most idle device", "step (ms)", "ideal (ms)", "above ideal (ms)"], rows)
-run.series("bubble_vs_m", f"Idle fraction vs microbatches, p = {p}, v = {VIRTUAL_STAGES}", "microbatches m",
+m_last, formula_last, measured_last = rows[-1][0], rows[-1][2], rows[-1][3]  # at the largest m
+run.series("bubble_vs_m", f"p = {p}, v = {VIRTUAL_STAGES}, m = {m_last}: measured idle {measured_last:.0%}, "
+           f"{'above' if measured_last > formula_last else 'at or below'} the formula's {formula_last:.0%}",
+           "microbatches m",
            "idle fraction of the step",
            {"formula (p-1)/(m+p-1)": (MS, [r[1] for r in rows]),
             f"formula (p-1)/(vm+p-1), v={VIRTUAL_STAGES}": (MS, [r[2] for r in rows]),

@@ -291,8 +291,9 @@ for s in SCHEDULES:
     a = analysis[(s, M_TIMELINE)]
     lines, text = timeline_views([timed[rank][(s, M_TIMELINE)] for rank in range(p)], a["median_step"], a["t_f"] / 2,
                                  f"{SCHEDULE_NAMES[s]}, p={p}, m={M_TIMELINE}, step {a['step_s'] * 1e3:.0f} ms")
-    run.series(f"timeline_{s}", f"{SCHEDULE_NAMES[s]} timeline, p={p}, m={M_TIMELINE}: low = forward, "
-               "high = backward, flat = idle", "time in the step (ms)", "stage", lines, kind="steps")
+    run.series(f"timeline_{s}", f"{SCHEDULE_NAMES[s]}, p={p}, m={M_TIMELINE}: {a['bubble']:.0%} idle (formula "
+               f"{bubble_formula(M_TIMELINE, p):.0%}); low = forward, high = backward", "time in the step (ms)",
+               "stage", lines, kind="steps")
     texts.append(text)
 run.artifact("timeline", "\n\n".join(texts))
 

@@ -248,7 +248,9 @@ for s in SCHEDULES:
 run.table("bubble", f"Real compute, p = {P} stages, batch {size['batch']} x width {size['width']} (step times: median of "
           f"{size['repeats']} steps; t_f, t_b, d, g: means)", ["schedule", "m", "formula", "measured idle", "corrected formula",
           "t_f ms", "t_b ms", "d us", "g us", "one-way send us", "busy ms", "step ms", "corrected step ms"], rows)
-run.series("bubble_vs_m", f"Idle fraction vs microbatches, p = {P}, real compute", "microbatches m",
+most = results[("gpipe", ms[-1])]  # GPipe at the most microbatches
+run.series("bubble_vs_m", f"p = {P}, m = {ms[-1]}: formula {most['formula']:.0%} idle, GPipe measured "
+           f"{most['bubble']:.0%}, corrected {most['corrected']:.0%}", "microbatches m",
            "idle fraction of the step",
            {"formula (p-1)/(m+p-1)": (ms, [bubble_formula(m, P) for m in ms]),
             **{f"{NAMES[s]} measured": (ms, [results[(s, m)]["bubble"] for m in ms]) for s in SCHEDULES},

@@ -161,12 +161,24 @@ FIT_MARGIN_LARGEST = sizes["fit_margin"]  # 50% at the record's sizes; looser fo
 largest = sorted(sizes["bytes"])[-2:]
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 link_world = max([p for p in world_sizes if p <= cores] or [min(world_sizes)])
+
+
+def rounded(x: float) -> str:
+    """2 significant digits below 10, whole numbers above (no exponent in a title)."""
+    return f"{x:.2g}" if abs(x) < 10 else f"{x:.0f}"
+
+
 fits = {}  # (kind, world size) -> (alpha, beta)
 fit_rows = []
 for kind in measured_kinds:
     lines = _alpha_beta.fit_and_record(run, backend, kind, measured, world_sizes, sizes["bytes"], largest,
                                        FIT_MARGIN_LARGEST, fits, fit_rows)
-    run.series(f"{backend}_{kind}", f"{kind} over {backend}: measured vs fitted alpha-beta model",
+    # the finding: the fit at the link's world size, and how far it is from the measured times
+    alpha, beta = fits[(kind, link_world)]
+    measured_ms, model_ms = lines[f"measured, {link_world} ranks"][1], lines[f"model, {link_world} ranks"][1]
+    worst = max(abs(b - a) / a for a, b in zip(measured_ms, model_ms))
+    run.series(f"{backend}_{kind}", f"{kind} over {backend}, {link_world} ranks: alpha {rounded(alpha * 1e6)} us, "
+               f"{rounded(1 / beta / 1e9)} GB/s; model within {worst:.0%}",
                "message size n (MiB, full buffer)", "time (ms)", lines, x_log=True, y_log=True)
 
 run.table("alpha_beta_fit", f"Fitted alpha and 1/beta per collective and world size ({backend}, {rank_device.type} "

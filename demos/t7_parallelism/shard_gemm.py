@@ -81,7 +81,8 @@ rows = [[t, f"[{tokens}, {h}] x [{h}, {columns}]", round(seconds * 1e3, 3), roun
         for (t, (columns, seconds, tflops)), fraction in zip(gemm.items(), fractions)]
 run.table("gemm", f"Column-parallel shard GEMM per rank ({str(gemm_dtype).removeprefix('torch.')}, {run.device.kind})",
           ["degree t", "shape", "median (ms)", "TFLOP/s", "fraction of matmul ceiling"], rows)
-run.series("gemm_efficiency", "Shard GEMM efficiency vs tensor-parallel degree", "degree t",
+run.series("gemm_efficiency", f"Shard GEMM at {fractions[0]:.0%} of the matmul ceiling at t = {TP_DEGREES[0]}, "
+           f"{fractions[-1]:.0%} at t = {TP_DEGREES[-1]}", "degree t",
            "fraction of the matmul ceiling", {"shard GEMM": (TP_DEGREES, fractions)}, x_log=True)
 run.save()
 

@@ -379,7 +379,9 @@ for p, results in results_by_p.items():
 run.table("step_time", f"One training step of the MLP ({b}x{s}x{h}, {str(timed_dtype).removeprefix('torch.')}, "
           f"{rank_device.type}{', one thread per rank' if rank_device.type == 'cpu' else ''})",
           ["ranks p", "median (ms)", "p10 (ms)", "p90 (ms)", "in all-reduce (fraction)", "speedup over p = 1"], rows)
-run.series("step_time", "Training step time vs tensor-parallel ranks", "ranks p", "ms",
+speedups = ", ".join(f"{row[5]:.3g}x at p = {row[0]}" for row in rows[1:])  # the rows after p = 1
+step_title = f"Speed-up over one rank: {speedups}" if speedups else "Training step time vs tensor-parallel ranks"
+run.series("step_time", step_title, "ranks p", "ms",
            {"median step time": ([r[0] for r in rows], [r[1] for r in rows])})
 
 run.save()

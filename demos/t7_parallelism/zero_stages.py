@@ -244,7 +244,11 @@ for variant in VARIANTS:
                    label="ZeRO paper, mixed-precision Adam (2 + 2 + 12 bytes), per parameter and rank", origin="computed")
 run.table("memory", f"Bytes per parameter held per rank at the optimizer step, fp32 Adam, {n_params:,} parameters",
           ["variant", "ranks", "params", "grads", "Adam", "total", "formula (padded)", "step ms"], rows)
-run.series("memory", "Bytes per parameter per rank vs ranks (fp32 Adam)", "ranks p", "bytes per parameter",
+p_max = max(results)  # the most ranks run
+bytes_at = {v: run.metrics[f"{v}.p{p_max}.bytes_per_param"]["value"] for v in VARIANTS}
+run.series("memory", f"{p_max} ranks: DDP {bytes_at['ddp']:.2g}, ZeRO-1 {bytes_at['zero1']:.2g}, "
+           f"ZeRO-2 {bytes_at['zero2']:.2g}, FSDP {bytes_at['fsdp']:.2g} bytes per parameter",
+           "ranks p", "bytes per parameter",
            {v: (list(results), [run.metrics[f"{v}.p{p}.bytes_per_param"]["value"] for p in results])
             for v in VARIANTS})
 run.save()

@@ -109,7 +109,11 @@ def dp_worker(rank, world, scaled, base_lr):
 sweep = {lr: train(1, False, lr)[1] for lr in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)}
 LR = min(sweep, key=sweep.get)
 run.metric("base_lr", LR, "lr", label="best of the sweep at the base batch")
-run.series("lr_sweep", "Base batch: held-out loss vs learning rate", "learning rate", "held-out loss",
+edge = " (sweep edge)" if LR in (min(sweep), max(sweep)) else ""
+finite = [v for v in sweep.values() if abs(v) < float("inf")]  # a diverged run's loss can be inf or nan
+worst = f"worst {max(finite):.2f}" if len(finite) == len(sweep) else "some lr diverged"
+run.series("lr_sweep", f"Base batch: lr {LR:g} best{edge}, held-out loss {sweep[LR]:.2f} ({worst})",
+           "learning rate", "held-out loss",
            {"base batch": (list(sweep), list(sweep.values()))}, x_log=True)
 real_ranks = dev.type == "cpu" and not under_torchrun()
 if not real_ranks:

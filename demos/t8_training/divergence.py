@@ -114,8 +114,14 @@ for kind, (losses, norms, nonfinite) in runs.items():
                  nonfinite[0] if nonfinite else None])
     run.metric(f"{kind}.first_spike_step", flagged[0] if flagged else -1, "steps",
                label="steps trained before the first spike; -1: none")
-    run.metric(f"{kind}.max_grad_norm", max(x for x in total if math.isfinite(x)), "norm")
-    run.series(f"grad_norms_{kind}", f"Per-layer gradient norm: {kind}", "step", "gradient norm",
+    peak_norm = max(x for x in total if math.isfinite(x))
+    run.metric(f"{kind}.max_grad_norm", peak_norm, "norm")
+    # The run's strongest signal: a non-finite output, else a gradient-norm jump, else a loss spike
+    signal = (f"non-finite output at step {nonfinite[0]}" if nonfinite else
+              f"norm jumps at step {first_norm_jump}" if first_norm_jump is not None else
+              f"loss spikes at step {flagged[0]}" if flagged else "no alarm")
+    run.series(f"grad_norms_{kind}", f"Per-layer gradient norm, {kind}: {signal}, peak total norm {peak_norm:.3g}",
+               "step", "gradient norm",
                {name: (list(range(len(norms))), [n[name] if math.isfinite(n[name]) else None for n in norms])
                 for name in norms[0]}, y_log=True)
     run.log(f"  {kind:14s} spikes at {flagged[:5]}, grad-norm jump at {first_norm_jump}, worst layer {worst_layer}, "

@@ -150,7 +150,9 @@ run.metric("achieved_tflops", model_flops / t.median_s / 1e12, "TFLOP/s", ceilin
            label="model FLOPs / step time; its fraction of the matmul ceiling is the MFU")
 run.check("flop_count_consistent", 0.7 < profiled_flops / model_flops < 1.3,
           f"profiler counted {profiled_flops / 1e9:.3f} GFLOP in matmuls vs {model_flops / 1e9:.3f} by the formula")
-run.series("split", "Where one step's wall time goes", "bin (0 compute, 1 memory, 2 comm, 3 idle)", "fraction",
+run.series("split", f"One step: {parts.get('compute-bound', 0.0):.0%} compute-bound, "
+           f"{parts.get('memory-bound', 0.0):.0%} memory-bound, {parts['idle / host']:.0%} idle / host",
+           "bin (0 compute, 1 memory, 2 comm, 3 idle)", "fraction",
            {"single process": ([0, 1, 2, 3], [parts.get(k, 0.0) for k in
                                               ("compute-bound", "memory-bound", "communication", "idle / host")])})
 

@@ -191,7 +191,9 @@ for n in seqs:
     formula = activation_bytes_per_layer(n, B, h, a, 2, MASK["mixed"])
     run.check(f"mixed.s{n}.activations_match_formula", 1.0 <= r["layer_acts"][0] / formula < 1.03,
               f"x{r['layer_acts'][0] / formula:.4f} of the formula at s = {n}")
-run.series("stacked", "BF16 model + fp32 master AdamW: memory by part (cumulative)", "sequence length (tokens)",
+states_share = cum["+ optimizer states"][-1] / cum["+ activations"][-1]  # at the longest sequence
+run.series("stacked", f"BF16 + fp32 master AdamW at s = {seqs[-1]}: model states {states_share:.0%}, "
+           f"activations {1 - states_share:.0%}", "sequence length (tokens)",
            "MiB", {k: (seqs, v) for k, v in cum.items()})
 
 # %% [markdown]

@@ -219,7 +219,9 @@ worst = max(r[4] for r in rows[: len(sweep)])
 run.check("roofline.no_point_above_roof", worst <= 1.0 + 1e-9,
           f"the highest of the sweep's points is {worst:.3f} of its roof (roofs are the best samples, so at most 1)")
 xs = np.logspace(np.log10(min(0.05, sweep[0][1] / 2)), np.log10(max(4 * ridge, 2 * sweep[-1][1])), 40)
-run.series("roofline", "Roofline of this device (fp32), measured kernels placed on it", "FLOP per byte", "TFLOP/s",
+half = next((s for s in sweep if s[2] >= peak / 2), None)  # the first sweep point at half the compute roof
+reach = f"X @ W reaches half the peak at {half[1]:.3g} FLOP/byte" if half else "X @ W stays below half the peak"
+run.series("roofline", f"fp32 ridge {ridge:.3g} FLOP/byte; {reach}", "FLOP per byte", "TFLOP/s",
            {"roof": (list(xs), [roof(x) for x in xs]), "X @ W sweep (this run)": ([s[1] for s in sweep], [s[2] for s in sweep]),
             **{f"{r[0]}: {r[1]}": ([r[2]], [r[3]]) for r in rows[len(sweep):]}},
            x_log=True, y_log=True)

@@ -134,7 +134,16 @@ run.table("sums", f"Relative error of a sum of n uniform [0, 1/1024) terms ({lan
           ["n"] + [f"{m} {d}" for m in METHODS for d in DTYPES] + ["naive bf16 in, fp32 acc"],
           [[n] + [f"{errors[m, d, n]:.1e}" for m in METHODS for d in DTYPES] + [f"{errors['naive', 'bf16 in, fp32 acc', n]:.1e}"]
            for n in sizes])
-run.series("sum_error", f"Relative error of the sum vs number of terms ({lanes} accumulators)", "terms", "relative error",
+
+
+def as_percent(e: float) -> str:
+    return f"{100 * e:.0f}%" if e >= 0.1 else f"{100 * e:.2g}%" if e >= 1e-4 else "under 0.01%"
+
+
+kahan_worst = max(errors["kahan", d, n] for d in ("fp16", "bf16"))
+sum_title = (f"{n / 1e6:.2g}M terms: naive sum off by {as_percent(errors['naive', 'bf16', n])} in bf16, "
+             f"{as_percent(errors['naive', 'fp16', n])} in fp16; Kahan {as_percent(kahan_worst)}")
+run.series("sum_error", sum_title, "terms", "relative error",
            {f"{m} {d}": (sizes, [max(errors[m, d, n], 1e-17) for n in sizes]) for m in ("naive", "kahan") for d in DTYPES},
            x_log=True, y_log=True)
 
