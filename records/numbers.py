@@ -22,3 +22,13 @@ def fmt_pair(a: float, b: float) -> tuple[str, str]:
         if fa != fb or a == b:
             return fa, fb
     return fa, fb
+
+
+def fmt_title_number(v: float) -> str:
+    """A number in a plot's title: 2 significant digits below 10, a whole number above, never an exponent."""
+    return f"{v:.2g}" if abs(v) < 10 else f"{v:.0f}"
+
+
+def fmt_speedup_words(speedup: float) -> str:
+    """A speedup (old time / new time) in words, for a title: '7.6x faster', '33x faster', '7.2x slower'."""
+    return f"{fmt_title_number(max(speedup, 1 / speedup))}x {'faster' if speedup >= 1 else 'slower'}"

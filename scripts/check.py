@@ -26,11 +26,12 @@ from website.claims import MARGIN_RULE, judge, known_device, margin, target_devi
 from website import page_safety
 from website.markers import MARKER, MarkerError, find, strays, transform_outside_code
 from records.numbers import fmt_pair
-from website.site_pages import (FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError, front_matter, answers, short_answers,
+from website.site_pages import (ANSWERS_SECTION, FRONT_MATTER, mkdocs_config, QUESTION, SPOKEN_WORD_LIMIT, FrontMatterError,
+                                front_matter, answers, short_answers,
                                 parse_topic, spoken_words, split_sections)
 
 DOCS_DIR = REPO_ROOT / "docs"
-REQUIRED_SECTIONS = ["Questions", "Answers", "Measured", "Follow-up questions", "Pitfalls",
+REQUIRED_SECTIONS = ["Questions", ANSWERS_SECTION, "Measured", "Follow-up questions", "Pitfalls",
                      "Further reading"]
 DIFFICULTIES = {"easy", "medium", "hard"}
 
@@ -173,10 +174,10 @@ def check_topic_structure(report: Report, path: Path, text: str, demos: dict[str
             if not re.search(r"\((easy|medium|hard)\)\s*$", line):
                 report.error(f"{where}: question without a difficulty: {line[:70]!r}; end it with (easy), (medium) "
                              "or (hard)")
-    if "Questions" in sections and "Answers" in sections:
-        check_short_answers(report, where, sections["Questions"], sections["Answers"])
+    if "Questions" in sections and ANSWERS_SECTION in sections:
+        check_short_answers(report, where, sections["Questions"], sections[ANSWERS_SECTION])
     check_cheat_entry(report, where, meta.get("cheat"))
-    for question, answer in short_answers(sections.get("Answers", "")) + parse_topic(path).follow_ups:
+    for question, answer in short_answers(sections.get(ANSWERS_SECTION, "")) + parse_topic(path).follow_ups:
         if CARD_POINTER.search(answer):  # each is also a practice card, read alone
             report.error(f"{where}: the answer to **{question[:60]}** points elsewhere on the page "
                          f"({CARD_POINTER.search(answer).group(0)!r}); a practice card is read alone: name what it means")

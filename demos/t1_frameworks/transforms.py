@@ -20,6 +20,7 @@ from sklearn.datasets import load_digits
 from torch.func import functional_call
 
 from demos.harness.run import start
+from records.numbers import fmt_speedup_words
 
 run = start(
     "transforms",
@@ -226,8 +227,7 @@ run.table("per_example_grads", f"Per-example gradients of the digits MLP (hidden
 def vmap_vs_loop(framework: str) -> str:
     """vmap against the Python loop at the largest batch, in words: '14x faster', '1.5x slower'."""
     speedup = times[f"{framework}_loop", BATCHES[-1]].median_s / times[f"{framework}_vmap", BATCHES[-1]].median_s
-    ratio = max(speedup, 1 / speedup)
-    return (f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x") + (" faster" if speedup >= 1 else " slower")
+    return fmt_speedup_words(speedup)
 
 
 jax_part = f", {vmap_vs_loop('jax')} in JAX" if "jax_vmap" in timed else ""  # timed only where JAX runs on this device

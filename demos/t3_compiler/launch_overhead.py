@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from demos.harness.run import start
+from records.numbers import fmt_speedup_words
 
 run = start(
     "launch_overhead",
@@ -156,16 +157,9 @@ run.metric("compiled.compile_s_longest", compile_s[longest], "s", label=f"compil
 run.metric("compiled.compile_in_eager_calls", compile_s[longest] / eager_long, "calls",
            label=f"the {longest}-op chain's compile time, counted in eager calls of the same chain")
 
-
-def faster_or_slower(speedup: float) -> str:
-    """A speedup in words: '7.6x faster', '33x faster', '7.2x slower'."""
-    ratio = max(speedup, 1 / speedup)
-    return (f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x") + (" faster" if speedup >= 1 else " slower")
-
-
 single = times["eager"][1].median_s / times["compiled"][1].median_s
-run.series("chains", f"Compiled vs eager: {faster_or_slower(eager_long / compiled_long)} at {longest} ops, "
-           f"{faster_or_slower(single)} at 1 op", "ops in the chain", "median time per call (us)",
+run.series("chains", f"Compiled vs eager: {fmt_speedup_words(eager_long / compiled_long)} at {longest} ops, "
+           f"{fmt_speedup_words(single)} at 1 op", "ops in the chain", "median time per call (us)",
            {v: (lengths, [times[v][n].median_s * 1e6 for n in lengths]) for v in variants}, x_log=True, y_log=True)
 
 run.save()

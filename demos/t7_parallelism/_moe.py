@@ -1,4 +1,5 @@
-"""Plumbing of expert_parallel.py: the MoE layer's parameters, and the autograd-aware all-to-all.
+"""Plumbing of expert_parallel.py: the MoE layer's parameters, the autograd-aware all-to-all, and the load
+statistics of a routing (imbalance, what a capacity would drop).
 
 The token exchanges use ``torch.distributed.nn.functional.all_to_all_single``, whose backward is the
 reverse all-to-all, so gradients travel back through the same real collectives. It exists in torch
@@ -9,6 +10,7 @@ is silenced here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 
 import torch
@@ -60,3 +62,15 @@ def count_all_to_alls(fn, backend: str) -> tuple[int, int]:
     """All-to-alls that fn() makes: as the backend ran them, and as the framework issued them."""
     calls = collective_calls(fn)
     return calls[f"{backend}:all_to_all"], calls["c10d::alltoall_base_"]
+
+
+def load_stats(per_expert: torch.Tensor, experts_per_rank: int, assignments: int, capacity_factors):
+    """Tokens per expert -> (busiest expert over the mean, busiest rank over the mean rank, and per capacity factor
+    cf: (capacity C = floor(cf x assignments / experts), share of the assignments over C, which a capacity drops))."""
+    mean = assignments / len(per_expert)
+    per_rank = per_expert.view(-1, experts_per_rank).sum(1)
+    drops = []
+    for cf in capacity_factors:
+        capacity = math.floor(cf * assignments / len(per_expert))
+        drops.append((capacity, int((per_expert - capacity).clamp(min=0).sum()) / assignments))
+    return float(per_expert.max()) / mean, float(per_rank.max()) / (mean * experts_per_rank), drops

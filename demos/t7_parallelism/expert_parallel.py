@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from records.errors import fail
 from demos.harness.run import start
 from demos.t7_parallelism import _dist
-from demos.t7_parallelism._moe import MoEParams, all_to_all_autograd, count_all_to_alls
+from demos.t7_parallelism._moe import MoEParams, all_to_all_autograd, count_all_to_alls, load_stats
 
 WORLD_SIZE = 4
 EXPERTS_PER_RANK = 2
@@ -275,37 +275,31 @@ for k in (1, 2):
 
 # %%
 CAPACITY_FACTORS = (1.0, 1.25, 2.0)
-load_rows, bars = [], {}
+load_rows, bars, imbalances = [], {}, {}
 for k in (1, 2):
     for router, key in (("random", "traffic"), ("skewed", "skewed_traffic")):
         per_expert = sum(r[k][key]["sent_per_expert"] for r in ranks).cpu()
-        per_rank = per_expert.view(WORLD_SIZE, EXPERTS_PER_RANK).sum(1)
-        mean = n_tokens * k / N_EXPERTS
-        imbalance = float(per_expert.max()) / mean
+        imbalance, rank_imbalance, drops = load_stats(per_expert, EXPERTS_PER_RANK, n_tokens * k, CAPACITY_FACTORS)
+        imbalances[router, k] = imbalance
         name = f"load.{router}.k{k}"
         run.metric(f"{name}.imbalance", imbalance, "x",
                    label=f"{router} router, k={k}: tokens of the busiest expert over the mean per expert")
-        run.metric(f"{name}.rank_imbalance", float(per_rank.max()) / (mean * EXPERTS_PER_RANK), "x",
+        run.metric(f"{name}.rank_imbalance", rank_imbalance, "x",
                    label=f"{router} router, k={k}: tokens received by the busiest rank over the mean per rank")
-        dropped = []
-        for cf in CAPACITY_FACTORS:
-            capacity = math.floor(cf * n_tokens * k / N_EXPERTS)
-            over = int((per_expert - capacity).clamp(min=0).sum())
-            dropped.append(over / (n_tokens * k))
-            run.metric(f"{name}.dropped.cf{cf}", dropped[-1], "fraction",
+        for cf, (capacity, dropped) in zip(CAPACITY_FACTORS, drops):
+            run.metric(f"{name}.dropped.cf{cf}", dropped, "fraction",
                        label=f"{router} router, k={k}: share of token assignments over capacity at cf={cf} "
                              f"(C={capacity})")
         load_rows.append([router, k, *per_expert.tolist(), round(imbalance, 2),
-                          *[f"{d:.1%}" for d in dropped]])
+                          *[f"{dropped:.1%}" for _, dropped in drops]])
         if k == 2:
             bars[f"{router} router"] = (list(range(N_EXPERTS)), per_expert.tolist())
 run.table("load", f"Tokens per expert over {n_tokens} tokens ({WORLD_SIZE} ranks x {tokens_per_rank}); experts "
           f"2r and 2r+1 live on rank r; dropped = share of assignments over capacity C = cf x tokens x k / E",
           ["router", "k", *[f"expert {e}" for e in range(N_EXPERTS)], "imbalance (max/mean)",
            *[f"dropped at cf={cf}" for cf in CAPACITY_FACTORS]], load_rows)
-busiest = {router: max(counts) / (n_tokens * 2 / N_EXPERTS) for router, (_, counts) in bars.items()}  # k=2 imbalance
-run.series("tokens_per_expert", f"k=2, {n_tokens} tokens: busiest expert {busiest['random router']:.2f}x the mean, "
-           f"skewed router {busiest['skewed router']:.1f}x", "expert", "tokens", bars,
+run.series("tokens_per_expert", f"k=2, {n_tokens} tokens: busiest expert {imbalances['random', 2]:.2f}x the mean, "
+           f"skewed router {imbalances['skewed', 2]:.1f}x", "expert", "tokens", bars,
            hlines={"mean (tokens x k / E)": n_tokens * 2 / N_EXPERTS,
                    "capacity at cf=1.25": math.floor(1.25 * n_tokens * 2 / N_EXPERTS)})
 

@@ -39,6 +39,7 @@ import torch
 
 from demos.common import cluster_model
 from demos.harness.run import start
+from records.numbers import fmt_title_number
 from demos.harness.timing import summarize
 from demos.t7_parallelism import _alpha_beta, _dist
 from demos.t7_parallelism._collectives import COLLECTIVES, collective_ops, expected_output, rank_worker
@@ -163,11 +164,6 @@ cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os
 link_world = max([p for p in world_sizes if p <= cores] or [min(world_sizes)])
 
 
-def rounded(x: float) -> str:
-    """2 significant digits below 10, whole numbers above (no exponent in a title)."""
-    return f"{x:.2g}" if abs(x) < 10 else f"{x:.0f}"
-
-
 fits = {}  # (kind, world size) -> (alpha, beta)
 fit_rows = []
 for kind in measured_kinds:
@@ -177,8 +173,8 @@ for kind in measured_kinds:
     alpha, beta = fits[(kind, link_world)]
     measured_ms, model_ms = lines[f"measured, {link_world} ranks"][1], lines[f"model, {link_world} ranks"][1]
     worst = max(abs(b - a) / a for a, b in zip(measured_ms, model_ms))
-    run.series(f"{backend}_{kind}", f"{kind} over {backend}, {link_world} ranks: alpha {rounded(alpha * 1e6)} us, "
-               f"{rounded(1 / beta / 1e9)} GB/s; model within {worst:.0%}",
+    run.series(f"{backend}_{kind}", f"{kind} over {backend}, {link_world} ranks: alpha {fmt_title_number(alpha * 1e6)} us, "
+               f"{fmt_title_number(1 / beta / 1e9)} GB/s; model within {worst:.0%}",
                "message size n (MiB, full buffer)", "time (ms)", lines, x_log=True, y_log=True)
 
 run.table("alpha_beta_fit", f"Fitted alpha and 1/beta per collective and world size ({backend}, {rank_device.type} "
