@@ -260,11 +260,17 @@ run.series("busy_vs_m", f"One stage's busy time per step vs microbatches, p = {P
            "ms", {"F + B time per step (the same work at every m)": (ms, [results[("gpipe", m)]["busy_s"] * 1e3
                                                                             for m in ms])}, x_log=True)
 
-# The corrected formula must explain the measurement better than the plain one, wherever the plain one is off.
+# How far each formula lands from the measured idle fraction. A timing model's agreement is a finding, not a
+# correctness check: the page claims it against the saved record, and a noisy run is still saved and flagged.
 for (s, m), r in results.items():
-    plain, fixed = abs(r["bubble"] - r["formula"]), abs(r["bubble"] - r["corrected"])
-    run.check(f"{s}.m{m}.corrected_formula", fixed <= max(0.1, 0.6 * plain),
-              f"measured {r['bubble']:.3f}, formula {r['formula']:.3f}, corrected {r['corrected']:.3f}")
+    run.metric(f"{s}.m{m}.formula_miss", abs(r["bubble"] - r["formula"]), "fraction",
+               label=f"{NAMES[s]}, m={m}: |measured idle - (p-1)/(m+p-1)|", origin="computed")
+    run.metric(f"{s}.m{m}.corrected_miss", abs(r["bubble"] - r["corrected"]), "fraction",
+               label=f"{NAMES[s]}, m={m}: |measured idle - corrected formula|", origin="computed")
+run.metric("worst_formula_miss", max(abs(r["bubble"] - r["formula"]) for r in results.values()), "fraction",
+           label="largest |measured idle - (p-1)/(m+p-1)| over both schedules and every m", origin="computed")
+run.metric("worst_corrected_miss", max(abs(r["bubble"] - r["corrected"]) for r in results.values()), "fraction",
+           label="largest |measured idle - corrected formula| over both schedules and every m", origin="computed")
 m_hi = ms[-1]
 run.metric("busy_growth", results[("gpipe", m_hi)]["busy_s"] / results[("gpipe", 1)]["busy_s"], "x",
            label=f"one stage's busy time per step at m={m_hi} over m=1: the same work in smaller pieces")
