@@ -136,6 +136,8 @@ def _cross_field(data: dict) -> list[str]:
         for j, line in enumerate(series["lines"]):
             if len(line["x"]) != len(line["y"]):
                 errors.append(f"series[{i}].lines[{j}]: x has {len(line['x'])} values, y has {len(line['y'])}")
+            if "spread" in line and len(line["spread"]) != len(line["x"]):
+                errors.append(f"series[{i}].lines[{j}]: x has {len(line['x'])} values, spread has {len(line['spread'])}")
     # A name that matches its schema pattern but for a trailing newline (a JSON Schema "$" allows one): no name,
     # identifier or commit carries a control character.
     names = [("demo", data["demo"]), ("device_class", data["device_class"]), ("size", data["size"]),

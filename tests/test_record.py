@@ -21,6 +21,8 @@ def test_valid_record_passes():
     (lambda r: r["metrics"]["chain.eager.gbps"].update(ceiling="nope"), "metrics.chain.eager.gbps.ceiling"),
     (lambda r: r["tables"][0]["rows"].append(["too", "many", "cells"]), "tables[0].rows[2]"),
     (lambda r: r["series"][0]["lines"][0].update(y=[1.0]), "series[0].lines[0]"),
+    (lambda r: r["series"][0]["lines"][0].update(spread=[1.2]), "series[0].lines[0]"),
+    (lambda r: r["series"][0]["lines"][0].update(spread=[0.5, 1.2]), "series[0].lines[0].spread[0]"),
     (lambda r: r["checks"][0].update(passed="yes"), "checks[0].passed"),
     (lambda r: r.update(schema=99), "schema"),
     (lambda r: r["provenance"].pop("utc"), "provenance.utc"),

@@ -298,6 +298,33 @@ def test_a_stepped_pipeline_timeline_is_drawn_as_a_gantt_chart():
         (0, 1, "forward", "0"), (2, 3, "forward", "1"), (4, 5, "backward", "0")]
 
 
+def test_noisy_points_are_circled_and_named_in_the_legend():
+    """Issue 32: a point whose samples scattered (p90 above NOISY_SPREAD x p10) gets a ring and a legend entry;
+    a plot without such a point draws neither."""
+    from website.plots import NOISY_SPREAD, noisy_points, series_svg
+
+    line = {"label": "fused", "x": [1.0, 2.0, 4.0], "y": [3.0, None, 5.0], "spread": [1.1, 3.0, NOISY_SPREAD + 0.2]}
+    series = {"name": "s", "title": "t", "x_label": "n", "y_label": "ms", "lines": [line]}
+    assert noisy_points(series) == [(4.0, 5.0, NOISY_SPREAD + 0.2)]  # a missing y is never flagged
+    assert "noisy: p90 above" in series_svg(series, "CPU") and "noisy: p90 above" in series_svg(series, "CPU", True)
+    quiet = {**series, "lines": [{**line, "spread": [1.1, None, 1.2]}]}
+    plain = {**series, "lines": [{k: v for k, v in line.items() if k != "spread"}]}
+    assert not noisy_points(quiet) and "noisy" not in series_svg(quiet, "CPU") and "noisy" not in series_svg(plain, "CPU")
+
+
+def test_a_series_line_takes_timings_as_its_spreads():
+    from demos.harness.run import _line
+
+    class T:
+        spread = 1.7
+
+    assert _line("a", [1, 2], [3, 4], [T(), None])["spread"] == [1.7, None]
+    assert "spread" not in _line("a", [1], [3])
+    for bad in ([1.2], [0.5, 1.0]):  # one per point, never below 1
+        with pytest.raises(ValueError, match="one spread"):
+            _line("a", [1, 2], [3, 4], bad)
+
+
 def test_a_run_with_many_tables_and_plots_shows_the_first_and_folds_the_rest():
     """Issue 32: one piece of evidence per device tab (the first plot, else the first table), a provenance chip, and
     one fold with everything else of the run; nothing is dropped."""

@@ -42,6 +42,20 @@ STYLE = {
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 DASHES = ["-", "--", "-.", ":"]
+# A measured point is flagged as noisy when the p90 of the samples behind it is more than this times their p10
+# (the harness keeps a measurement up to 2x; about one CPU timing in twelve lands above 1.5x on two shared cores).
+NOISY_SPREAD = 1.5
+NOISY_STYLE = {"linestyle": "none", "marker": "o", "markersize": 13, "markerfacecolor": "none",
+               "markeredgecolor": "#d62728", "markeredgewidth": 1.3}
+
+
+def noisy_points(series: dict) -> list[tuple[float, float, float]]:
+    """(x, y, spread) of every plotted point whose samples scattered more than NOISY_SPREAD (p90/p10)."""
+    return [(x, y, s) for line in series["lines"]
+            for x, y, s in zip(line["x"], line["y"], line.get("spread") or [None] * len(line["x"]))
+            if y is not None and s is not None and s > NOISY_SPREAD]
+
+
 def plot_title(series: dict, device_label: str) -> str:
     """What was measured and where: the series title with the device that measured it, or, for a
     projection from a model or from datasheet figures (``"computed": true``), the title with "(computed, not measured)" instead: the
@@ -163,6 +177,10 @@ def series_svg(series: dict, device_label: str, phone: bool = False) -> str:
                     ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], markersize=4 + (i % 3),
                             linestyle=DASHES[(i // 2) % len(DASHES)], linewidth=1.6, label=line["label"],
                             markerfacecolor="none" if i % 2 else None, alpha=0.9)
+            noisy = noisy_points(series)
+            if noisy:  # a ring around each, one legend entry: the reader sees which points to trust less
+                ax.plot([x for x, _, _ in noisy], [y for _, y, _ in noisy], **NOISY_STYLE,
+                        label=f"noisy: p90 above {NOISY_SPREAD:g}x p10 of its samples")
             for hline in series.get("hlines", []):
                 ax.axhline(hline["y"], linestyle="--", linewidth=1.2, color="0.45", label=hline["label"])
             if series.get("x_log"):

@@ -249,13 +249,14 @@ class Run:
     def series(self, name: str, title: str, x_label: str, y_label: str, lines: dict[str, tuple[list, list]],
                hlines: dict[str, float] | None = None, x_log: bool = False, y_log: bool = False,
                kind: str | None = None, computed: bool = False) -> None:
-        """A plot's data: ``lines`` maps a label to (xs, ys); ``hlines`` maps a label to a level. ``kind`` says how
-        to draw it ("bar", "gantt", "steps": see the record schema); ``computed=True`` marks a projection from a
-        model, which the page titles as such instead of naming this machine as its measurer."""
+        """A plot's data: ``lines`` maps a label to (xs, ys), or to (xs, ys, spreads) for measured times: each
+        point's Timing (or its p90/p10 spread, or None), so the plot can flag the points whose samples scattered
+        (website/plots.NOISY_SPREAD). ``hlines`` maps a label to a level. ``kind`` says how to draw it ("bar",
+        "gantt", "steps": see the record schema); ``computed=True`` marks a projection from a model, which the page
+        titles as such instead of naming this machine as its measurer."""
         entry = {
             "name": name, "title": title, "x_label": x_label, "y_label": y_label, "x_log": x_log, "y_log": y_log,
-            "lines": [{"label": k, "x": list(map(float, xs)), "y": [None if y is None else float(y) for y in ys]}
-                      for k, (xs, ys) in lines.items()],
+            "lines": [_line(k, *v) for k, v in lines.items()],
             "hlines": [{"label": k, "y": float(v)} for k, v in (hlines or {}).items()],
         }
         if kind is not None:
@@ -381,6 +382,17 @@ class Run:
         record.write(path, rec)
         self.log(f"wrote {shown(path)} in {time.perf_counter() - self.started:.1f} s")
         return path
+
+
+def _line(label: str, xs, ys, spreads=None) -> dict:
+    """One plotted line as the record holds it; ``spreads``: per point a Timing, a p90/p10 ratio or None."""
+    line = {"label": label, "x": list(map(float, xs)), "y": [None if y is None else float(y) for y in ys]}
+    if spreads is not None:
+        spreads = [None if s is None else float(getattr(s, "spread", s)) for s in spreads]
+        if len(spreads) != len(line["x"]) or any(s is not None and not s >= 1.0 for s in spreads):
+            raise ValueError(f"series line {label!r}: one spread (p90/p10, at least 1) per point, got {spreads}")
+        line["spread"] = spreads
+    return line
 
 
 def start(demo: str, title: str, sizes: dict, argv: list[str] | None = None, cpu_threads: int | None = None) -> Run:
