@@ -97,6 +97,7 @@ def time_sum(t, flush: bool):
 
 
 rows, warm_gbps, cold_gbps = [], [], []
+warm_timings, cold_timings = [], []  # the Timing behind each point, for its spread
 for mib in working_sets_mib:
     t = torch.rand(int(mib * 2**20) // 4, device=device)
     run.check_close(f"sum.{mib}MiB", t.sum().reshape(1), t.double().sum().reshape(1), rtol=1e-4, atol=0)
@@ -108,6 +109,8 @@ for mib in working_sets_mib:
     nbytes = t.numel() * 4
     warm_gbps.append(nbytes / warm.median_s / 1e9)
     cold_gbps.append(nbytes / cold.median_s / 1e9)
+    warm_timings.append(warm)
+    cold_timings.append(cold)
     rows.append([mib, "inside" if nbytes <= llc else "beyond", round(warm.median_s * 1e6, 1),
                  round(cold.median_s * 1e6, 1), round(warm_gbps[-1], 1), round(cold_gbps[-1], 1),
                  round(cold.median_s / warm.median_s, 2)])
@@ -117,8 +120,8 @@ run.table("cache", f"x.sum() over a working set, back to back vs {cache_name} fl
           ["working set (MiB)", f"vs {cache_name}", "back to back (us)", "flushed (us)", "back to back (GB/s)",
            "flushed (GB/s)", "flushed / back to back"], rows)
 run.series("cache", f"Read bandwidth of x.sum(): cache-resident vs {cache_name} flushed", "working set (MiB)",
-           "GB/s", {"back to back (cache-resident)": (working_sets_mib, warm_gbps),
-                    f"{cache_name} flushed before each call": (working_sets_mib, cold_gbps)},
+           "GB/s", {"back to back (cache-resident)": (working_sets_mib, warm_gbps, warm_timings),
+                    f"{cache_name} flushed before each call": (working_sets_mib, cold_gbps, cold_timings)},
            x_log=True)
 # "Well inside": at most a quarter of a CPU's last-level cache (shared with other processes), at most half
 # of a GPU's L2 (a read of a few MiB takes microseconds on a GPU, so it needs the larger size to show a difference).

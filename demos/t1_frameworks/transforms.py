@@ -233,7 +233,8 @@ def vmap_vs_loop(framework: str) -> str:
 jax_part = f", {vmap_vs_loop('jax')} in JAX" if "jax_vmap" in timed else ""  # timed only where JAX runs on this device
 run.series("per_example_grads", f"Batch {BATCHES[-1]}: vmap {vmap_vs_loop('torch')} than the loop in PyTorch{jax_part}",
            "batch size", "median time (ms)",
-           {VARIANTS[v][0]: (BATCHES, [times[v, b].median_s * 1e3 for b in BATCHES]) for v in timed},
+           {VARIANTS[v][0]: (BATCHES, [times[v, b].median_s * 1e3 for b in BATCHES], [times[v, b] for b in BATCHES])
+            for v in timed},
            x_log=True, y_log=True)
 largest = BATCHES[-1]
 for framework in ("torch", "jax"):

@@ -304,9 +304,10 @@ for chain_name, chain in CHAINS.items():
                          round(timing.median_s * 1e6, 1), f"{timing.p10_s * 1e6:.1f}-{timing.p90_s * 1e6:.1f}",
                          round(gbps, 1), round(100 * gbps / copy_gbps, 1), round(eager_time / timing.median_s, 2),
                          round(first_call_s[chain_name, variant, (m, n)] * 1e3, 1)])
-            xs, ys = lines.setdefault(variant, ([], []))
+            xs, ys, spreads = lines.setdefault(variant, ([], [], []))
             xs.append(must_move / 1e6)
             ys.append(gbps)
+            spreads.append(timing)
     run.table(chain_name, f"{chain['title']} ({str(dtype).removeprefix('torch.')})",
               ["rows x hidden", "must move (MB)", "cache", "variant", "median (us)", "p10-p90 (us)", "GB/s",
                "% of copy BW", "speedup vs eager", "first call (ms)"], rows)

@@ -160,6 +160,7 @@ run.metric("compiled.compile_in_eager_calls", compile_s[longest] / eager_long, "
 single = times["eager"][1].median_s / times["compiled"][1].median_s
 run.series("chains", f"Compiled vs eager: {fmt_speedup_words(eager_long / compiled_long)} at {longest} ops, "
            f"{fmt_speedup_words(single)} at 1 op", "ops in the chain", "median time per call (us)",
-           {v: (lengths, [times[v][n].median_s * 1e6 for n in lengths]) for v in variants}, x_log=True, y_log=True)
+           {v: (lengths, [times[v][n].median_s * 1e6 for n in lengths], [times[v][n] for n in lengths])
+            for v in variants}, x_log=True, y_log=True)
 
 run.save()

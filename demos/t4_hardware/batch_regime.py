@@ -53,14 +53,15 @@ with torch.inference_mode():
 
 # %%
 device_inputs = {b: x.to(run.torch_device) for b, x in inputs.items()}
-latency = {"torch": [], "ort": []}
+timings = {"torch": [], "ort": []}  # each batch's Timing, per runtime
 with torch.inference_mode():
     for b in BATCHES:
-        latency["torch"].append(run.time(lambda b=b: model(device_inputs[b])).median_s)
+        timings["torch"].append(run.time(lambda b=b: model(device_inputs[b])))
         arr = inputs[b].numpy()
         # ONNX Runtime's CPU session is host work: timed without the GPU's L2 flush, whose queued work would
         # overlap it (on a CPU run nothing changes).
-        latency["ort"].append(run.time(lambda arr=arr: session.run(None, {"x": arr}), flush=False).median_s)
+        timings["ort"].append(run.time(lambda arr=arr: session.run(None, {"x": arr}), flush=False))
+latency = {r: [t.median_s for t in ts] for r, ts in timings.items()}
 if run.device.is_gpu:
     run.not_run("ort on the GPU (CUDA execution provider)", "the ONNX Runtime session uses the CPU execution "
                 "provider (the GPU machine's onnxruntime is the CPU build): the ORT rows of this record are the host "
@@ -76,9 +77,10 @@ run.table("sweep", f"MLP {MLP_SIZES[model_size]} (FP32): latency and throughput 
 growth = {r: latency[r][-1] / latency[r][0] for r in latency}  # latency at the largest batch over batch 1's
 run.series("latency", f"{BATCHES[-1] // BATCHES[0]}x the batch costs {growth['torch']:.3g}x the latency in eager, "
            f"{growth['ort']:.3g}x in ORT", "batch", "ms",
-           {r: (BATCHES, [t * 1e3 for t in latency[r]]) for r in latency}, x_log=True, y_log=True)
+           {r: (BATCHES, [t * 1e3 for t in latency[r]], timings[r]) for r in latency}, x_log=True, y_log=True)
 run.series("throughput", "Throughput vs batch", "batch", "samples/s",
-           {r: (BATCHES, [b / t for b, t in zip(BATCHES, latency[r])]) for r in latency}, x_log=True, y_log=True)
+           {r: (BATCHES, [b / t for b, t in zip(BATCHES, latency[r])], timings[r]) for r in latency},
+           x_log=True, y_log=True)
 
 # %% [markdown]
 # ## The knee, computed

@@ -312,7 +312,8 @@ run.table("attention", f"Causal attention, batch {batch}, {heads} heads, head_di
            "TFLOP/s (useful)", f"% of {yardstick_name}"], rows)
 
 lines_time = {name: ([n for n in seq_lens if (name, n) in results],
-                     [results[name, n][0].median_s * 1e3 for n in seq_lens if (name, n) in results]) for name in VARIANTS}
+                     [results[name, n][0].median_s * 1e3 for n in seq_lens if (name, n) in results],
+                     [results[name, n][0] for n in seq_lens if (name, n) in results]) for name in VARIANTS}
 lines_mem = {name: ([n for n in seq_lens if (name, n) in results],
                     [results[name, n][1] / 2**20 for n in seq_lens if (name, n) in results]) for name in VARIANTS}
 lines_mem["one score matrix (computed)"] = (seq_lens, [score_matrix_bytes(n) / 2**20 for n in seq_lens])

@@ -184,7 +184,7 @@ growth = {name: ts[-1].median_s / ts[0].median_s for name, ts in step_times.item
 run.series("step_time", f"Step time at position {positions[-1]} over {positions[0]}: "
            f"{growth['without cache']:.1f}x without cache, {growth['with cache']:.1f}x with it",
            "position (tokens already in the sequence)",
-           "ms per step", {name: (positions, [t.median_s * 1e3 for t in ts]) for name, ts in step_times.items()})
+           "ms per step", {name: (positions, [t.median_s * 1e3 for t in ts], ts) for name, ts in step_times.items()})
 run.table("generation", f"Generating {n_new} tokens after a {prompt_len}-token prompt (batch 1)",
           ["variant", "total (s)", "p10-p90 (s)", "ms per token"],
           [[name, round(t.median_s, 4), f"{t.p10_s:.4f}-{t.p90_s:.4f}", round(t.median_s / n_new * 1e3, 3)]

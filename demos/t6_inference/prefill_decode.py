@@ -67,18 +67,20 @@ elt = torch.finfo(dtype).bits // 8
 if not run.device.is_gpu:
     src = torch.randn(2**24)
     dst = torch.empty_like(src)
-    copy_1t = 2 * src.numel() * 4 / run.time(lambda: dst.copy_(src)).median_s / 1e9
+    copy_timing = run.time(lambda: dst.copy_(src))
+    copy_1t = 2 * src.numel() * 4 / copy_timing.median_s / 1e9
     del src, dst
     # The matmul yardstick is the best of a 1024 square and the model's own two FFN GEMMs at its largest
     # prefill: a BLAS runs some shapes faster than others, and a yardstick the passes can beat is no ceiling.
     rows = max(max(prompt_lens), max(prefill_batches) * batch_prompt)
     ffn = cfg.mlp_ratio * cfg.d_model
     matmul_shapes = [(1024, 1024, 1024), (rows, cfg.d_model, ffn), (rows, ffn, cfg.d_model)]
-    rates = []
+    rates = []  # (TFLOP/s, its Timing) per shape
     for m_, k_, n_ in matmul_shapes:
         a, b = torch.randn(m_, k_), torch.randn(k_, n_)
-        rates.append(2 * m_ * k_ * n_ / run.time(lambda a=a, b=b: a @ b).median_s / 1e12)
-    matmul_1t = max(rates)
+        timing = run.time(lambda a=a, b=b: a @ b)
+        rates.append((2 * m_ * k_ * n_ / timing.median_s / 1e12, timing))
+    matmul_1t, matmul_timing = max(rates, key=lambda r: r[0])
     del a, b
     # yardsticks, not kernels under test: no fraction of the all-thread ceilings (on a busy machine
     # a one-thread sample can even beat an all-thread one, which would say nothing)
@@ -175,13 +177,14 @@ def measure_pass(phase: str, batch: int, p: int) -> None:
         with torch.no_grad():
             return model(tok, cache)
 
-    seconds = run.time(step).median_s
+    timing = run.time(step)
+    seconds = timing.median_s
     flops, nbytes, working_set = prefill_cost(batch, p) if phase == "prefill" else decode_cost(batch, context)
     del cache
     rows = batch * p if phase == "prefill" else batch
     points.append({"phase": phase, "batch": batch, "p": p, "rows": rows, "ms": seconds * 1e3,
                    "tflops": flops / seconds / 1e12, "gbps": nbytes / seconds / 1e9, "intensity": flops / nbytes,
-                   "working_set": working_set, "resident": run.cache_resident(working_set)})
+                   "working_set": working_set, "resident": run.cache_resident(working_set), "spread": timing.spread})
     pt = points[-1]
     run.log(f"  {phase:7s} batch {batch:4d} x {p:5d}: {pt['ms']:9.3f} ms, {pt['tflops']:.3g} TFLOP/s, "
             f"{pt['gbps']:.3g} GB/s, {pt['intensity']:.1f} FLOP/byte, working set {working_set / 2**20:.0f} MiB")
@@ -228,9 +231,11 @@ OVERHEAD_BELOW = 0.25
 run.finish_ceilings()  # the fractions are needed in the table and the plot, so take the closing ceilings now
 if run.device.is_gpu:
     matmul_peak, copy_peak = run.ceilings[matmul_ceiling]["value"], run.ceilings["copy_bandwidth"]["value"]
+    matmul_spread = copy_spread = 1.0  # the harness's ceilings are best samples, not medians: no spread to add
     yardstick = "the harness's ceilings"
 else:
     matmul_peak, copy_peak = matmul_1t, copy_1t
+    matmul_spread, copy_spread = matmul_timing.spread, copy_timing.spread
     yardstick = "one-thread copy and matmul, this run"
 ridge = matmul_peak * 1e12 / (copy_peak * 1e9)
 run.metric("ridge_flop_per_byte", ridge, "FLOP/byte", label=f"ridge point: matmul rate over copy rate ({yardstick})")
@@ -261,13 +266,20 @@ decode = [pt for pt in points if pt["phase"] == "decode"]
 
 # %%
 longest, one = prefill[len(prompt_lens) - 1], decode[0]
+
+
+def fraction_line(pts: list[dict], ceiling: str, ceiling_spread: float) -> tuple[list, list, list]:
+    """(rows, fraction of the ceiling, spread) per pass: the spread is the larger of the pass's and the yardstick's."""
+    return [p["rows"] for p in pts], [p[f"of_{ceiling}"] for p in pts], [max(p["spread"], ceiling_spread) for p in pts]
+
+
 run.series("ceiling_fractions", f"{longest['p']}-token prefill: {longest['of_matmul']:.0%} of matmul rate; "
            f"batch-1 decode: {one['of_copy']:.0%} of copy rate",
            "rows per weight matrix (prefill: batch x prompt; decode: batch)", "fraction of ceiling",
-           {"prefill: of matmul ceiling": ([p["rows"] for p in prefill], [p["of_matmul"] for p in prefill]),
-            "prefill: of copy ceiling": ([p["rows"] for p in prefill], [p["of_copy"] for p in prefill]),
-            "decode: of matmul ceiling": ([p["rows"] for p in decode], [p["of_matmul"] for p in decode]),
-            "decode: of copy ceiling": ([p["rows"] for p in decode], [p["of_copy"] for p in decode])},
+           {"prefill: of matmul ceiling": fraction_line(prefill, "matmul", matmul_spread),
+            "prefill: of copy ceiling": fraction_line(prefill, "copy", copy_spread),
+            "decode: of matmul ceiling": fraction_line(decode, "matmul", matmul_spread),
+            "decode: of copy ceiling": fraction_line(decode, "copy", copy_spread)},
            x_log=True)
 run.metric("prefill_longest.of_matmul", longest["of_matmul"], "fraction",
            label=f"prefill of {longest['p']} tokens: fraction of the matmul rate ({yardstick})")

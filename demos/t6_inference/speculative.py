@@ -205,12 +205,13 @@ def one_step(model, n_tokens):
         cache.length = mid
         with torch.no_grad():
             return model(sequence[:, mid:mid + n_tokens], cache)
-    return run.time(step).median_s
+    return run.time(step)
 
 
-cost = {"draft_step": one_step(draft, 1), "target_step": one_step(target, 1)}
+cost_timing = {"draft_step": one_step(draft, 1), "target_step": one_step(target, 1)}
 for k in draft_lengths:
-    cost[f"verify_k{k}"] = one_step(target, k + 1)
+    cost_timing[f"verify_k{k}"] = one_step(target, k + 1)
+cost = {name: t.median_s for name, t in cost_timing.items()}
 run.table("costs", "Cost of one pass (batch 1, mid-sequence)", ["pass", "median (ms)", "relative to one target step"],
           [[name, round(s * 1e3, 3), round(s / cost["target_step"], 2)] for name, s in cost.items()])
 run.metric("cost.draft_over_target", cost["draft_step"] / cost["target_step"], "x",
@@ -233,6 +234,7 @@ few = dataclasses.replace(run.settings, warmup=0, min_repeats=3, max_repeats=5) 
 timed = prompts[:n_timed]
 baseline = measure(lambda: [generate_greedy(target, p[None], n_new) for p in timed], run.device, few)
 rows, speedups, predicted, rates = [], [], [], []
+speedup_spreads, predicted_spreads = [], []  # per k, the largest spread of the timings each point comes from
 for k in draft_lengths:
     timing = measure(lambda: [speculative_generate(target, draft, p[None], n_new, k) for p in timed], run.device, few)
     s = acceptance[k]
@@ -240,6 +242,8 @@ for k in draft_lengths:
     prediction = per_pass * cost["target_step"] / (k * cost["draft_step"] + cost[f"verify_k{k}"])
     speedups.append(baseline.median_s / timing.median_s)
     predicted.append(prediction)
+    speedup_spreads.append(max(baseline.spread, timing.spread))
+    predicted_spreads.append(max(cost_timing[name].spread for name in ("target_step", "draft_step", f"verify_k{k}")))
     rates.append(s.accepted / s.proposed)
     rows.append([k, round(rates[-1], 3), round(per_pass, 2), round(timing.median_s * 1e3, 1),
                  round(speedups[-1], 2), round(prediction, 2)])
@@ -254,7 +258,8 @@ best = max(range(len(draft_lengths)), key=lambda i: speedups[i])
 finding = "best speedup" if speedups[best] >= 1 else "no k faster, best speedup"  # below 1 is a slowdown
 run.series("speedup", f"Speculative decoding: {finding} {speedups[best]:.2f}x (k = {draft_lengths[best]}), "
            f"acceptance {rates[best]:.0%}", "draft length k", "x (or fraction)",
-           {"measured speedup": (draft_lengths, speedups), "predicted from measured costs": (draft_lengths, predicted),
+           {"measured speedup": (draft_lengths, speedups, speedup_spreads),
+            "predicted from measured costs": (draft_lengths, predicted, predicted_spreads),
             "acceptance rate": (draft_lengths, rates)}, hlines={"no speedup": 1.0})
 run.metric("best.speedup", speedups[best], "x", label=f"best measured speedup (k={draft_lengths[best]})")
 run.metric("baseline.ms_per_token", baseline.median_s / (n_timed * n_new) * 1e3, "ms",

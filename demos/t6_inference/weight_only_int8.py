@@ -208,7 +208,8 @@ where = "at every row count" if ahead == rows_sweep else f"up to {ahead[-1]} row
 linear_title = (f"{width}x{width} linear: fused INT8 beats {base_name} {where} ({speedup_1:.2g}x at 1 row)" if ahead
                 else f"{width}x{width} linear: fused INT8 {1 / speedup_1:.2g}x slower than {base_name} at 1 row")
 run.series("linear_time", linear_title, "rows (tokens in the step)", "ms",
-           {name: (rows_sweep, [linear[name, r].median_s * 1e3 for r in rows_sweep]) for name in variants}, x_log=True)
+           {name: (rows_sweep, [linear[name, r].median_s * 1e3 for r in rows_sweep],
+                   [linear[name, r] for r in rows_sweep]) for name in variants}, x_log=True)
 r1 = rows_sweep[0]
 for name, (_, _, bytes_per_weight) in variants.items():
     run.metric(f"linear.{name}.rows1_ms", linear[name, r1].median_s * 1e3, "ms", label=f"{name}, one row: median time")

@@ -37,7 +37,8 @@ def fit_and_record(run, backend, kind, measured, world_sizes, sizes_bytes, large
         fit_rows.append([kind, str(p), round(alpha * 1e6, 1), round(1 / beta / 1e9, 3), round(err_all, 3),
                          round(err_large, 3)])
         xs = [n / MiB for n in sizes_bytes]
-        lines[f"measured, {p} ranks"] = (xs, [measured[p][(kind, n)].median_s * 1e3 for n in sizes_bytes])
+        timings = [measured[p][(kind, n)] for n in sizes_bytes]
+        lines[f"measured, {p} ranks"] = (xs, [t.median_s * 1e3 for t in timings], timings)
         lines[f"model, {p} ranks"] = (xs, [cluster_model.collective_time(kind, n, p, alpha, beta) * 1e3
                                             for n in sizes_bytes])
     if len(world_sizes) > 1:

@@ -120,7 +120,7 @@ run.metric("bucket.grad_mb", sweep_params * 4 / MB, "MB",
            label=f"sweep MLP ({cfg['layers']} x {cfg['width']}): fp32 gradient bytes all-reduced per step", origin="computed")
 run.metric("bucket.first_bucket_mib", dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20, "MiB",
            label="dist._DEFAULT_FIRST_BUCKET_BYTES: first bucket's cap when bucket_cap_mb is left at its default")
-sweep_rows, caps, calls, step_ms = [], [], [], []
+sweep_rows, caps, calls, step_ms, spreads = [], [], [], [], []
 for label, s in sweep.items():
     n_calls = c10d(s["counts"], "allreduce_")
     n_buckets = len(s["rebuilt_bucket_bytes"].split(","))
@@ -139,6 +139,7 @@ for label, s in sweep.items():
         caps.append(s["cap"])
         calls.append(n_calls)
         step_ms.append(t["median_s"] * 1e3)
+        spreads.append(t["p90_s"] / t["p10_s"])  # time_steps' Timing keeps p10 and p90, not their ratio
 run.table("bucket_sweep", f"DDP bucket size on {sweep_world} ranks ({sweep_params:,} parameters, "
           f"{sweep_params * 4 / MB:.1f} MB of gradients, batch {cfg['batch']})",
           ["bucket_cap_mb", "all-reduces (first step)", "all-reduces (steady step)", "largest bucket (MB)",
@@ -148,7 +149,7 @@ run.series("bucket_calls", f"{calls[0]} all-reduces per step at {caps[0]:g} MiB 
            f"{caps[settled]:g} MiB up", "bucket_cap_mb (MiB)",
            "all-reduces per step", {"measured (profiler)": (caps, calls)}, x_log=True, y_log=True)
 run.series("bucket_time", "Training step time vs DDP bucket size", "bucket_cap_mb (MiB)", "median step (ms)",
-           {f"{sweep_world} ranks": (caps, step_ms)}, x_log=True)
+           {f"{sweep_world} ranks": (caps, step_ms, spreads)}, x_log=True)
 run.save()
 
 # %% [markdown]

@@ -65,10 +65,10 @@ for t in TP_DEGREES:
 # so a narrow shard can beat the square ceiling; on a GPU the L2 is flushed between calls.
 
 # %%
-gemm = {}
+gemm, timings = {}, {}  # per degree: (columns, seconds, TFLOP/s), and the Timing (its spread for the plot)
 for t in TP_DEGREES:
     shard = w.chunk(t, dim=1)[0].contiguous()
-    timing = run.time(lambda: a @ shard)
+    timing = timings[t] = run.time(lambda: a @ shard)
     gemm[t] = (shard.shape[1], timing.median_s, 2 * tokens * h * shard.shape[1] / timing.median_s / 1e12)
     working_set = (a.numel() + shard.numel() + tokens * shard.shape[1]) * a.element_size()  # A, the shard, the output
     run.metric(f"gemm.t{t}.tflops", gemm[t][2], "TFLOP/s", ceiling=ceiling,
@@ -83,7 +83,8 @@ run.table("gemm", f"Column-parallel shard GEMM per rank ({str(gemm_dtype).remove
           ["degree t", "shape", "median (ms)", "TFLOP/s", "fraction of matmul ceiling"], rows)
 run.series("gemm_efficiency", f"Shard GEMM at {fractions[0]:.0%} of the matmul ceiling at t = {TP_DEGREES[0]}, "
            f"{fractions[-1]:.0%} at t = {TP_DEGREES[-1]}", "degree t",
-           "fraction of the matmul ceiling", {"shard GEMM": (TP_DEGREES, fractions)}, x_log=True)
+           "fraction of the matmul ceiling", {"shard GEMM": (TP_DEGREES, fractions, list(timings.values()))},
+           x_log=True)
 run.save()
 
 # %% [markdown]

@@ -241,7 +241,7 @@ full_scan = ivf.search(queries, nlist).cpu()
 r_full = recall(full_scan, truth)
 run.check("ivf.all_lists_equals_exact", r_full >= 0.999, f"recall@{K} {r_full:.4f} with nprobe = nlist = {nlist}")
 
-curves = {"pytorch_ivf": {}}
+curves = {"pytorch_ivf": {}}  # name -> nprobe -> (recall, seconds, its Timing)
 if HAVE_FAISS:
     curves["faiss_ivf"] = {}
     quantizer = faiss.IndexFlatL2(dim)
@@ -256,12 +256,12 @@ else:
 for nprobe in nprobes:
     found = ivf.search(queries, nprobe).cpu()
     t = run.time(lambda: ivf.search(queries, nprobe))
-    curves["pytorch_ivf"][nprobe] = (recall(found, truth), t.median_s)
+    curves["pytorch_ivf"][nprobe] = (recall(found, truth), t.median_s, t)
     if HAVE_FAISS:
         index.nprobe = nprobe
         _, found_f = index.search(q_np, K)
         t = run.time(lambda: index.search(q_np, K))
-        curves["faiss_ivf"][nprobe] = (recall(torch.from_numpy(found_f), truth), t.median_s)
+        curves["faiss_ivf"][nprobe] = (recall(torch.from_numpy(found_f), truth), t.median_s, t)
     run.log("  nprobe %3d: " % nprobe + "; ".join(f"{name} recall {c[nprobe][0]:.3f} in {c[nprobe][1] * 1e3:.1f} ms"
                                                    for name, c in curves.items()))
 
@@ -291,8 +291,9 @@ if beats is None:
 else:
     finding = (f"PyTorch IVF beats exact search up to nprobe {beats}: recall "
                f"{curves['pytorch_ivf'][beats][0]:.0%}, {ivf_qps[beats] / exact_qps:.1f}x QPS")
-run.series("recall_qps", finding, f"recall@{K}",
-           "queries/s", {n: ([c[p][0] for p in nprobes], [n_queries / c[p][1] for p in nprobes]) for n, c in curves.items()},
+run.series("recall_qps", finding, f"recall@{K}", "queries/s",
+           {n: ([c[p][0] for p in nprobes], [n_queries / c[p][1] for p in nprobes], [c[p][2] for p in nprobes])
+            for n, c in curves.items()},
            hlines={"exact search": n_queries / t_exact.median_s}, y_log=True)
 
 # %% [markdown]

@@ -70,9 +70,10 @@ for m in columns:
     ref = X[:, :64].double() @ W[:64, :64].double() if m <= 4 else None
     if ref is not None:
         run.check_close(f"sweep.m{m}", (X[:, :64] @ W[:64, :64]), ref, rtol=1e-4, atol=1e-4)
-    t = run.time(lambda: X @ W).median_s
+    timing = run.time(lambda: X @ W)
+    t = timing.median_s
     flops, moved = 2 * m * K * N, 4 * (K * N + m * K + m * N)
-    sweep.append((m, flops / moved, flops / t / 1e12, moved / t / 1e9))
+    sweep.append((m, flops / moved, flops / t / 1e12, moved / t / 1e9, timing))
     run.log(f"  m={m:5d}: I = {flops / moved:7.2f} FLOP/B, {flops / t / 1e12:.4f} TFLOP/s, {moved / t / 1e9:.1f} GB/s")
 
 # %% [markdown]
@@ -101,16 +102,17 @@ def step(pool, processes: int, parallel_total: int) -> None:
 
 designed_f = serial_units / (serial_units + parallel_units)
 counts = sorted({1, 2, 3, 4} | {p for p in (8, 16, 32) if p <= cores} | {cores}) if cores >= 2 else [1, 2]
-strong, weak = {}, {}
+strong, weak, strong_timing = {}, {}, {}  # strong_timing: the Timing of the strong median kept
 load_before = os.getloadavg()[0]  # runnable processes on the machine: other jobs compete for the cores
 ctx = mp.get_context("fork")
 for _ in range(2):  # two rounds over every P, the better median kept: other load drifts over minutes
     for p in counts:
         with ctx.Pool(p) as pool:
             pool.map(work, [0] * p)  # workers started and warm before any timing
-            t_strong = run.time(lambda: step(pool, p, parallel_units)).median_s
+            t_strong = run.time(lambda: step(pool, p, parallel_units))
             t_weak = run.time(lambda: step(pool, p, parallel_units * p)).median_s
-        strong[p], weak[p] = min(strong.get(p, t_strong), t_strong), min(weak.get(p, t_weak), t_weak)
+        strong_timing[p] = min(strong_timing.get(p, t_strong), t_strong, key=lambda t: t.median_s)
+        strong[p], weak[p] = strong_timing[p].median_s, min(weak.get(p, t_weak), t_weak)
 load_after = os.getloadavg()[0]
 for p in counts:
     run.log(f"  P={p:3d}: strong {strong[p]:.3f} s, weak {weak[p]:.3f} s")
@@ -194,7 +196,7 @@ def placed_from_records() -> list[tuple]:
 
 
 rows = [["this run", f"X({m}x{K}) @ W({K}x{N})", round(i, 3), round(tf, 4), round(tf / roof(i), 3), run.cpu_threads]
-        for m, i, tf, _ in sweep]
+        for m, i, tf, _, _ in sweep]
 for demo, kernel, intensity, tflops, threads, fraction in placed_from_records():
     rows.append([demo, kernel, round(intensity, 3), round(tflops, 4), round(fraction, 3), threads])
 run.table("roofline", f"Kernels on this run's roofline ({run.cpu_threads} thread(s)): bandwidth {bandwidth:.1f} GB/s, "
@@ -209,7 +211,7 @@ run.metric("roof.read_gbps", read_gbps, "GB/s", label=f"read-only stream (W.sum(
 run.metric("roof.matmul_tflops", peak_here, "TFLOP/s", dtype="float32", label=f"{side}^3 fp32 matmul on {run.cpu_threads} thread(s)")
 run.metric("roof.bandwidth_gbps", bandwidth, "GB/s", label="bandwidth roof: best streaming rate of this run", cache_resident=in_cache)
 run.metric("roof.peak_tflops", peak, "TFLOP/s", dtype="float32", label="compute roof: best fp32 matmul rate of this run")
-for m, i, tf, gb in sweep:
+for m, i, tf, gb, _ in sweep:
     run.metric(f"sweep.m{m}.tflops", tf, "TFLOP/s", dtype="float32", label=f"X({m}x{K}) @ W({K}x{N}), I = {i:.2f} FLOP/B")
 run.metric("sweep.m1.of_bandwidth", sweep[0][3] / bandwidth, "fraction", label="matrix-vector: GB/s over the bandwidth roof")
 run.metric("sweep.best.of_peak", max(s[2] for s in sweep) / peak, "fraction", label="best sweep point over the fp32 peak")
@@ -222,7 +224,8 @@ xs = np.logspace(np.log10(min(0.05, sweep[0][1] / 2)), np.log10(max(4 * ridge, 2
 half = next((s for s in sweep if s[2] >= peak / 2), None)  # the first sweep point at half the compute roof
 reach = f"X @ W reaches half the peak at {half[1]:.3g} FLOP/byte" if half else "X @ W stays below half the peak"
 run.series("roofline", f"fp32 ridge {ridge:.3g} FLOP/byte; {reach}", "FLOP per byte", "TFLOP/s",
-           {"roof": (list(xs), [roof(x) for x in xs]), "X @ W sweep (this run)": ([s[1] for s in sweep], [s[2] for s in sweep]),
+           {"roof": (list(xs), [roof(x) for x in xs]),
+            "X @ W sweep (this run)": ([s[1] for s in sweep], [s[2] for s in sweep], [s[4] for s in sweep]),
             **{f"{r[0]}: {r[1]}": ([r[2]], [r[3]]) for r in rows[len(sweep):]}},
            x_log=True, y_log=True)
 
@@ -239,7 +242,9 @@ run.table("scaling", f"{serial_units} serial + {parallel_units} parallel units (
             round(designed_f + (1 - designed_f) * p, 3)]
            for p in counts])
 run.series("strong_scaling", "Strong scaling: speedup vs processes", "processes", "speedup",
-           {"measured": (counts, [speedup[p] for p in counts]), f"Amdahl, fitted f = {fitted_f:.2f}": (counts, [amdahl[p] for p in counts]),
+           {"measured": (counts, [speedup[p] for p in counts],
+                         [max(strong_timing[1].spread, strong_timing[p].spread) for p in counts]),
+            f"Amdahl, fitted f = {fitted_f:.2f}": (counts, [amdahl[p] for p in counts]),
             f"Amdahl, designed f = {designed_f:.2f}": (counts, [1 / (designed_f + (1 - designed_f) / p) for p in counts]),
             "ideal (linear)": (counts, counts)})
 run.metric("amdahl.designed_serial_fraction", designed_f, "fraction", label="serial units / all units, by design", origin="computed")
