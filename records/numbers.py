@@ -32,3 +32,8 @@ def fmt_title_number(v: float) -> str:
 def fmt_speedup_words(speedup: float) -> str:
     """A speedup (old time / new time) in words, for a title: '7.6x faster', '33x faster', '7.2x slower'."""
     return f"{fmt_title_number(max(speedup, 1 / speedup))}x {'faster' if speedup >= 1 else 'slower'}"
+
+
+# A plot title calls one measured time faster than another only when it is ahead by more than this ratio: within
+# it, one run on a shared machine does not order them, and the title says they are about even.
+TITLE_TIE = 1.1

@@ -24,6 +24,7 @@ import torch
 from sklearn.cluster import KMeans
 
 from demos.harness.run import start
+from records.numbers import TITLE_TIE
 
 run = start(
     "kmeans_search",
@@ -277,16 +278,17 @@ run.table("ivf", f"IVF-Flat, {db_n} vectors of dim {dim}, nlist {nlist}, {n_quer
           ["nprobe", "share scanned"] + [f"{n} {col}" for n in curves for col in ("recall", "ms", "QPS")],
           [[p, round(p / nlist, 4)] + [v for n in curves for v in (round(curves[n][p][0], 4), round(curves[n][p][1] * 1e3, 2),
                                                                    round(n_queries / curves[n][p][1]))] for p in nprobes])
-# The finding: the largest nprobe at which the PyTorch IVF, and every smaller nprobe, still beats exact search's QPS
+# The finding: the largest nprobe at which the PyTorch IVF, and every smaller nprobe, still clearly beats exact
+# search's QPS (by more than TITLE_TIE: within it, one run does not order them)
 exact_qps = n_queries / t_exact.median_s
 ivf_qps = {p: n_queries / curves["pytorch_ivf"][p][1] for p in nprobes}
 beats = None
 for p in nprobes:
-    if ivf_qps[p] <= exact_qps:
+    if ivf_qps[p] <= exact_qps * TITLE_TIE:
         break
     beats = p
 if beats is None:
-    finding = (f"PyTorch IVF no faster than exact search even at nprobe {nprobes[0]} "
+    finding = (f"PyTorch IVF not clearly faster than exact search even at nprobe {nprobes[0]} "
                f"(recall {curves['pytorch_ivf'][nprobes[0]][0]:.0%})")
 else:
     finding = (f"PyTorch IVF beats exact search up to nprobe {beats}: recall "
