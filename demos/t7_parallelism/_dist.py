@@ -237,10 +237,9 @@ def time_steps(step, device: torch.device, repeats: int, steps: int = 1) -> Timi
     if dist.is_initialized():
         dist.barrier()
     timing = measure(lambda: [step() for _ in range(steps)], rank_timer(device), settings, attempts=1)
-    # Per step, only the four times and the count carry over (its .spread stays the default 1.0): a plot's
-    # noisy-point flag reads p90_s / p10_s, which per-step division leaves exact.
-    return Timing(*(v / steps for v in (timing.first_call_s, timing.median_s, timing.p10_s, timing.p90_s)),
-                  repeats=timing.repeats)
+    # per step: the times divide by the step count; the spread, the stability verdict and the counts carry over
+    return dataclasses.replace(timing, **{f: getattr(timing, f) / steps
+                                          for f in ("first_call_s", "median_s", "p10_s", "p90_s", "best_s")})
 
 
 def profile_steps(step, steps: int, device: torch.device) -> tuple[dict[str, float], float]:

@@ -139,7 +139,7 @@ for label, s in sweep.items():
         caps.append(s["cap"])
         calls.append(n_calls)
         step_ms.append(t["median_s"] * 1e3)
-        spreads.append(t["p90_s"] / t["p10_s"])  # time_steps' Timing keeps p10 and p90, not their ratio
+        spreads.append(t["spread"])
 run.table("bucket_sweep", f"DDP bucket size on {sweep_world} ranks ({sweep_params:,} parameters, "
           f"{sweep_params * 4 / MB:.1f} MB of gradients, batch {cfg['batch']})",
           ["bucket_cap_mb", "all-reduces (first step)", "all-reduces (steady step)", "largest bucket (MB)",

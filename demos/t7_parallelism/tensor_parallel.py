@@ -362,7 +362,7 @@ if rows:
 p1 = _dist.time_steps(single_process_step(rank_sizes["timed"], timed_dtype, rank_device), rank_device,
                       rank_sizes["repeats"], rank_sizes["steps"]).as_dict()
 rows = [[1, round(p1["median_s"] * 1e3, 2), round(p1["p10_s"] * 1e3, 2), round(p1["p90_s"] * 1e3, 2), "-", 1.0]]
-spreads = [p1["p90_s"] / p1["p10_s"]]  # per row, for the plot: time_steps' Timing keeps p10 and p90, not their ratio
+spreads = [p1["spread"]]  # per row, for the plot
 run.metric("p1.step_ms", p1["median_s"] * 1e3, "ms",
            label=f"single process ({'one CPU thread' if rank_device.type == 'cpu' else 'one GPU'}): one training step")
 for p, results in results_by_p.items():
@@ -376,7 +376,7 @@ for p, results in results_by_p.items():
     run.metric(f"p{p}.speedup", speedup, "x", label=f"p={p}: single-process step time over the {p}-rank step time")
     rows.append([p, round(slowest["median_s"] * 1e3, 2), round(slowest["p10_s"] * 1e3, 2),
                  round(slowest["p90_s"] * 1e3, 2), round(fraction, 3), round(speedup, 2)])
-    spreads.append(slowest["p90_s"] / slowest["p10_s"])
+    spreads.append(slowest["spread"])
 run.table("step_time", f"One training step of the MLP ({b}x{s}x{h}, {str(timed_dtype).removeprefix('torch.')}, "
           f"{rank_device.type}{', one thread per rank' if rank_device.type == 'cpu' else ''})",
           ["ranks p", "median (ms)", "p10 (ms)", "p90 (ms)", "in all-reduce (fraction)", "speedup over p = 1"], rows)
