@@ -11,6 +11,7 @@ import tomllib
 from functools import cache
 from pathlib import Path
 
+from records.errors import fail
 from records.paths import DATASHEETS, REPO_ROOT
 
 
@@ -76,6 +77,15 @@ def load(root: Path = REPO_ROOT) -> dict[str, dict]:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise DatasheetError(f"records/datasheets.toml: {found[0]}{more}")
     return entries
+
+
+def require() -> dict[str, dict]:
+    """sheets(), or the one-line error and exit 2: what a command asks before it reads a record or draws a page
+    (a nan peak otherwise surfaces as a traceback wherever the figures are first read)."""
+    try:
+        return sheets()
+    except DatasheetError as e:
+        fail(str(e))
 
 
 @cache

@@ -34,7 +34,7 @@ import zlib
 from pathlib import Path
 from typing import NoReturn
 
-from records import atomic, catalog, devices, gpu_set, plausibility, record
+from records import atomic, catalog, datasheets, devices, gpu_set, plausibility, record
 from records.digest import FRESH
 from records.errors import OneLineParser, fail, one_line, quoted
 from records.paths import REPO_ROOT, RESULTS_DIR, shown
@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--dry-run", action="store_true", help="validate only; copy nothing")
     args = parser.parse_args(argv)
+    datasheets.require()  # the gate bounds every record by it: a nan peak is one line here, not a traceback
     copied, refused = unpack(args.archive, args.results_dir, args.dry_run)
     for line in copied:
         print(f"{'valid' if args.dry_run else 'copied'} {line}")

@@ -44,7 +44,7 @@ from rich.text import Text
 from demos.harness.cli import DEVICES, SIZE_PRESETS, results_dir_option
 from records.errors import OneLineParser, fail
 from records.paths import CACHE_DIR, DEMOS_DIR, REPO_ROOT, RESULTS_DIR, shown
-from records import catalog
+from records import catalog, datasheets
 
 LOG_DIR = CACHE_DIR / "regen"
 LOCK_DIR = LOG_DIR / "locks"
@@ -383,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     # the demos' own rule (not empty, no tiny run into docs/results, writable), checked before any demo runs;
     # relative to where regen was started, not the repository
     args.results_dir = results_dir_option(args.results_dir, args.size)
+    datasheets.require()  # every record's digest and gate read it: a nan peak is one line here, not a traceback
     try:
         demos = catalog.discover(args.demos_dir.absolute())
     except ValueError as e:

@@ -55,10 +55,11 @@ def test_the_snippets_base_is_two_folders_not_the_repository():
 
 @pytest.mark.parametrize("line, expected", [
     ('--8<-- "leak2.txt"', "is in neither docs/includes nor exercises/"),  # a link at the repository's top
-    ('--8<-- ".git/config"', "refused"),
+    ('--8<-- ".git/config"', "path '.git/config' refused; a path starts with a letter"),
     ('--8<-- "../../etc/passwd"', "refused"),
     ('--8<-- "/etc/passwd"', "refused"),
     ('--8<-- "leak.md"', "is a symbolic link"),  # docs/includes/leak.md -> /etc/hostname
+    ('--8<-- "docs/includes/leak.md"', "is in neither docs/includes nor exercises/"),  # not a base-relative path
     ("--8<-- 'demo_ex/solution.py'", "only with the one-line form"),
     ("--8<--", "only with the one-line form"),  # the block form: every following line is a path
     ('-8<- "demo_ex/solution.py"', "only with the one-line form"),
@@ -88,6 +89,72 @@ def test_a_symbolic_link_anywhere_under_docs_or_exercises_is_refused(tmp_path):
     found = page_safety.problems(root)
     assert any(p.startswith("docs/assets/leak.txt: a symbolic link") for p in found), found
     assert any(p.startswith("exercises/linked: a symbolic link") for p in found), found
+
+
+def test_a_published_folder_that_is_itself_a_link_is_refused(tmp_path):
+    """exercises/ (or docs/, overrides/) replaced by a link to a folder outside: every include through it would
+    publish that folder's files, and a walk below the link never sees the link itself."""
+    root = scratch_site(tmp_path / "repo", '# Page\n\n--8<-- "secret.txt"\n')
+    outside = tmp_path / "outside"
+    shutil.copytree(root / "exercises", outside)
+    (outside / "secret.txt").write_text("SECRET\n")
+    shutil.rmtree(root / "exercises")
+    (root / "exercises").symlink_to(outside)
+    found = page_safety.problems(root)
+    assert any(p.startswith("exercises: a symbolic link") for p in found), found
+    assert any(p.startswith("docs/topics/t.md:3: include 'secret.txt' refused") for p in found), found
+
+
+def test_a_byte_order_mark_hides_no_include_and_no_front_matter(tmp_path):
+    """MkDocs drops a leading byte-order mark, so the include line and the front matter behind one are read."""
+    root = scratch_site(tmp_path, "\ufeff--8<-- \"e.md\"\n")
+    (root / "docs" / "includes" / "e.md").write_text("text\n")
+    os.link(root / "docs" / "includes" / "e.md", root / "outside.md")
+    assert any("has other hard links" in p for p in page_safety.problems(root)), page_safety.problems(root)
+    (root / "docs" / "topics" / "t.md").write_text(f"\ufeff---\ntitle: '{PAYLOAD}'\n---\n# Page\n")
+    assert any(p.startswith("docs/topics/t.md: front matter: title") for p in page_safety.problems(root))
+
+
+@pytest.mark.parametrize("front, expected", [
+    ('subtitle: "s\\u003cimg src=x \\u006fnerror=window.__pwned=9\\u003e"', "key 'subtitle' is not one the site reads"),
+    ('status: "new"', "key 'status' is not one the site reads"),
+    ('icon: "anything"', "key 'icon' is not one the site reads"),  # a template name: the build's traceback
+    ('title: "\\u003cimg src=x \\u006fnerror=alert(1)\\u003e"', "front matter: title"),
+    ('tags: [ok, "\\u003cb\\u003ebold\\u003c/b\\u003e"]', "front matter tag: title"),
+    ('cheat: "\\u003cimg src=x \\u006fnerror=alert(1)\\u003e"', "docs/topics/t.md: front matter: raw HTML"),
+])
+def test_front_matter_holds_only_what_the_site_reads_and_no_script(tmp_path, front, expected):
+    """The theme writes front-matter fields such as subtitle and status into every page, unescaped; YAML escapes
+    (\\u003c is <) hid a script from a scan of the text as written."""
+    root = scratch_site(tmp_path, f"---\n{front}\n---\n# Page\n")
+    found = page_safety.problems(root)
+    assert any(expected in p for p in found), found
+
+
+def test_a_bad_datasheet_is_one_line_in_regen_unpack_and_the_build(tmp_path, monkeypatch, capsys):
+    """A nan peak stops the check in one line; the other commands read the datasheet first too (the build's modules
+    read it as they load, regen's digests and unpack's gate as they go), so none prints a traceback."""
+    from scripts import gpu_unpack, regen
+
+    def nan_peak():
+        raise datasheets.DatasheetError("records/datasheets.toml: [h200] memory_gbps: nan is not a finite positive "
+                                        "number")
+
+    monkeypatch.setattr(datasheets, "sheets", nan_peak)
+    for main, argv in ((regen.main, ["--stale", "--results-dir", str(tmp_path)]),
+                       (gpu_unpack.main, ["records.tar.gz", "--dry-run"])):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 2 and err == ["error: records/datasheets.toml: [h200] memory_gbps: nan is not a "
+                                                "finite positive number"], err
+    hook = ("import sys; from records import datasheets; datasheets.sheets = lambda: (_ for _ in ()).throw("
+            "datasheets.DatasheetError('records/datasheets.toml: [h200] label: must be plain text')); "
+            "sys.path.insert(0, 'website'); import mkdocs_hook")
+    done = subprocess.run([sys.executable, "-c", hook], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: records/datasheets.toml: [h200] label: must be plain text"], done.stderr
 
 
 def test_the_check_refuses_an_include_from_outside(site, capsys):
@@ -261,6 +328,8 @@ def test_a_cache_resident_rate_is_bounded_by_the_caches(fields):
     ({"source": ""}, "source: missing"),
     ({"label": "$\\frac{$"}, "label: '$\\\\frac{$' must be plain text"),
     ({"label": PAYLOAD}, "must be plain text"),
+    ({"host_link_gbps": float("nan")}, "host_link_gbps: nan is not a finite positive number"),
+    ({"nvlink_gbps": float("nan")}, "nvlink_gbps: nan is not a finite positive number"),
 ])
 def test_a_datasheet_entry_that_bounds_nothing_is_refused(entry, expected):
     sheet = {"label": "H100", "memory_gbps": 3350.0, "tflops": {"bfloat16": 989.4}, "source": "datasheet", **entry}

@@ -26,9 +26,11 @@ from mkdocs.structure.files import File  # noqa: E402
 
 import markdown as python_markdown  # noqa: E402
 
-from records import catalog  # noqa: E402
+from records import catalog, datasheets  # noqa: E402
 from records.paths import REPO_ROOT  # noqa: E402
 from records.record import RecordError  # noqa: E402
+
+datasheets.require()  # the modules below read it as they load: a nan peak is one line, not MkDocs' traceback
 from website import markers, notebooks, page_safety, render, search, site_pages  # noqa: E402
 from website.markers import MarkerError  # noqa: E402
 

@@ -5,13 +5,19 @@ wrote. The check and the site build both ask ``problems()``; each problem is one
   mkdocs.yml's ``base_path`` resolves it (docs/includes, then exercises/), to a regular file inside that folder
   with no symbolic link on the way, and the included file's own include lines obey the same rule. Snippets
   follows links and, with the repository root as a base, published .git/config and /etc/passwd.
-- **Links**: no symbolic link anywhere under docs/, exercises/ or overrides/ (MkDocs copies what a link points
-  to, and the pages' includes read through them).
+- **Links**: no symbolic link anywhere under docs/, exercises/ or overrides/, nor those folders themselves
+  (MkDocs copies what a link points to, and the pages' includes read through them).
 - **Script**: no ``<script>``, event handler attribute (``onerror=``), ``javascript:`` address or embedding tag
   (iframe, object, embed, base, a form's action, meta refresh) in a page, an included file, a demo file (its
-  notebook page) or mkdocs.yml; and no markup at all in a navigation title or a page's front-matter title, which the
-  theme writes into every page unescaped. Code is scanned too: an include inside a fence can close it, and Markdown's
-  idea of code and a scanner's differ. The build also refuses a rendered page's content that holds any of it.
+  notebook page) or mkdocs.yml; and no markup at all in a navigation title or a page's front-matter title or tag,
+  which the theme writes into pages unescaped. Code is scanned too: an include inside a fence can close it, and
+  Markdown's idea of code and a scanner's differ. The build also refuses a rendered page's content that holds any
+  of it.
+- **Front matter**: only the keys the site reads (the theme writes others, such as ``subtitle`` or ``status``,
+  into every page, and ``icon`` names a template); every string in it scanned as YAML decodes it (``\\u003c`` is
+  ``<``).
+- **Encoding**: a page is read as MkDocs reads it, a leading byte-order mark dropped (kept, it hid an include line
+  and the front matter from this check while MkDocs still read them).
 """
 
 from __future__ import annotations
@@ -32,6 +38,9 @@ INCLUDE_BASES = ("docs/includes", "exercises")  # mkdocs.yml: pymdownx.snippets 
 PUBLISHED_TREES = ("docs", "exercises", "overrides")
 SNIPPET_LINE = re.compile(r"[ \t]*-+8<-+")  # a line pymdownx.snippets reads as an include (`;--8<--` is escaped text)
 ALLOWED_INCLUDE = re.compile(r'\s*--8<-- "([A-Za-z0-9_][A-Za-z0-9_.\-/]*)"\s*')
+ONE_LINE_INCLUDE = re.compile(r'\s*--8<-- "([^"]*)"\s*')  # the form, whatever the path holds
+# the front-matter keys the site reads: topic pages (website/site_pages.py), exercises (sketch), home (hide)
+FRONT_MATTER_KEYS = ("title", "topic", "difficulty", "tags", "demos", "cheat", "sketch", "hide")
 SCRIPT = re.compile(
     r"<\s*/?\s*(script|iframe|frame|object|embed|base|applet)\b"  # tags that run or load something
     r"|\bon[a-z]{3,}\s*="  # an event handler attribute: onerror=, onload=, onclick= (also in {: ... }), any value
@@ -124,7 +133,7 @@ def resolve_include(name: str, root: Path = REPO_ROOT) -> tuple[Path | None, str
         candidate = folder / name
         if not os.path.lexists(candidate):
             continue
-        why = _regular_inside(candidate, folder)
+        why = _regular_inside(candidate, root)  # from the repository: the base itself may be a link
         if why is not None:
             return None, why
         if not _within(candidate.resolve(), folder.resolve()):
@@ -143,6 +152,10 @@ def include_problems(text: str, where: str, root: Path = REPO_ROOT, seen: set | 
             continue
         at = f"{where}:{number}"
         m = ALLOWED_INCLUDE.fullmatch(line)
+        if not m and ONE_LINE_INCLUDE.fullmatch(line):
+            problems.append(f"{at}: include path {ONE_LINE_INCLUDE.fullmatch(line).group(1)[:80]!r} refused; a path "
+                            "starts with a letter, digit or _ and holds only those, '.', '-' and '/'")
+            continue
         if not m:
             problems.append(f"{at}: include line {line.strip()[:80]!r} refused; the site includes only with the one-line "
                             f'form --8<-- "path" (a file in {" or ".join(INCLUDE_BASES)})')
@@ -153,7 +166,7 @@ def include_problems(text: str, where: str, root: Path = REPO_ROOT, seen: set | 
                             f"inside {' or '.join(INCLUDE_BASES)}, never through a symbolic link")
         elif target not in seen:
             seen.add(target)
-            inner = target.read_text(encoding="utf-8", errors="replace")
+            inner = read_page(target)
             problems += include_problems(inner, target.relative_to(root).as_posix(), root, seen)
             problems += script_problems(inner, target.relative_to(root).as_posix())
     return problems
@@ -163,6 +176,10 @@ def link_problems(root: Path = REPO_ROOT) -> list[str]:
     """Every symbolic link in the folders the site publishes or includes from."""
     found = []
     for tree in PUBLISHED_TREES:
+        if (root / tree).is_symlink():  # os.walk would follow it: everything under it comes from elsewhere
+            found.append(f"{tree}: a symbolic link; the site publishes and includes regular files only (make it "
+                         "the folder itself)")
+            continue
         for folder, dirs, files in os.walk(root / tree):  # os.walk never descends into a linked folder
             for name in sorted(dirs + files):
                 path = Path(folder) / name
@@ -180,6 +197,24 @@ def title_problems(title, where: str) -> list[str]:
         return [f"{where}: title {title[:60]!r} holds markup or control characters (< > [ ] {{ }} ` \\ or a line "
                 "break); titles are plain text"]
     return []
+
+
+def read_page(path: Path) -> str:
+    """A page's text as MkDocs reads it: UTF-8 with a leading byte-order mark dropped."""
+    return path.read_text(encoding="utf-8-sig", errors="replace")
+
+
+def front_matter_problems(meta: dict, where: str) -> list[str]:
+    """Front matter the theme would write into pages: keys the site does not read, markup in the title or a tag,
+    script in any of its strings (as YAML decodes them)."""
+    found = [f"{where}: front matter key {str(key)[:40]!r} is not one the site reads ({', '.join(FRONT_MATTER_KEYS)})"
+             for key in meta if key not in FRONT_MATTER_KEYS][:1]
+    if "title" in meta:
+        found += title_problems(meta["title"], f"{where}: front matter")
+    tags = meta.get("tags", [])
+    for tag in tags if isinstance(tags, list) else [tags]:
+        found += title_problems(tag, f"{where}: front matter tag")
+    return found + script_problems("\n".join(_strings(meta)), f"{where}: front matter")
 
 
 def nav_titles(node) -> list[str]:
@@ -221,7 +256,7 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
         if path.is_symlink() or not path.is_file() or path.suffix.lower() not in MARKUP_SUFFIXES | {".py"}:
             continue
         where = path.relative_to(root).as_posix()
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_page(path)
         found += script_problems(text, where)
         if path.suffix.lower() in (".md", ".markdown", ".mdown", ".mkd") and not _within(path, docs / "results"):
             found += include_problems(text, where, root)
@@ -230,8 +265,7 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
                     meta, _ = front_matter(text, where)
                 except FrontMatterError:
                     meta = {}  # the check names a malformed front matter itself
-                if "title" in meta:
-                    found += title_problems(meta["title"], f"{where}: front matter")
+                found += front_matter_problems(meta, where)
     for demo in sorted((root / "demos").rglob("*.py")):  # prose and code alike: the notebook page shows both
         found += script_problems(demo.read_text(encoding="utf-8", errors="replace"), demo.relative_to(root).as_posix())
     return list(dict.fromkeys(found))  # a file included by a page is also scanned on its own: name it once
