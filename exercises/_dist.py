@@ -8,7 +8,7 @@ The ranks only compute: each runs the grader's ``rank_outputs`` on inputs drawn 
 and writes what the solution returned to a file as it goes (tensors, read back with
 ``torch.load(weights_only=True)``). This process, which never imports the solution, judges them with the
 grader's ``judge`` (its own references, from the same seeds); a check passes when it passes on every rank.
-In a rank, nothing under exercises/ can be imported once the solution may run (``_isolate.seal``).
+In a rank, nothing under exercises/ can be imported or opened once the solution may run (``_isolate.seal``).
 Processes that outlive the deadline are terminated, then killed.
 """
 
@@ -45,7 +45,7 @@ def _worker(rank: int, jobs: list, worlds: tuple, port: int, outdir: str, seed: 
     torch.set_num_threads(1)  # several ranks share the cores
     warnings.simplefilter("ignore")  # deprecation notices from an attempt's imports are noise in a grade
     rank_outputs = {exercise: grader(exercise).rank_outputs for exercise, _, _ in jobs}
-    seal()  # from here on, the solution may run: nothing under exercises/ can be imported
+    seal([path for _, path, _ in jobs])  # from here on, the solution may run: nothing under exercises/ is read
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     for j, (exercise, path, job_worlds) in enumerate(jobs):
         for w in job_worlds or worlds:
@@ -84,6 +84,7 @@ def _worker(rank: int, jobs: list, worlds: tuple, port: int, outdir: str, seed: 
                     with contextlib.suppress(Exception):
                         dist.destroy_process_group()
             emit(DONE, {"value": None})
+    Path(outdir, f"{rank}.finished").touch()  # every job served: an exit before this is the solution's doing
 
 
 def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.0, seed: int = 0) -> list[dict]:
@@ -101,8 +102,15 @@ def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.
                           timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="exercise-ranks-") as outdir:
         nprocs = max(max(job[2] or worlds) for job in jobs)
-        ctx = mp.start_processes(_worker, args=(jobs, worlds, store.port, outdir, seed), nprocs=nprocs,
-                                 join=False, start_method="spawn")
+        # the ranks' C++ warnings (a store that waits on a rank the solution ended) are noise in a grade: the
+        # FINISHED row says what happened in one line
+        level = os.environ.get("TORCH_CPP_LOG_LEVEL")
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # spawn starts each rank with this process's environment
+        try:
+            ctx = mp.start_processes(_worker, args=(jobs, worlds, store.port, outdir, seed), nprocs=nprocs,
+                                     join=False, start_method="spawn")
+        finally:
+            os.environ.pop("TORCH_CPP_LOG_LEVEL") if level is None else os.environ.update(TORCH_CPP_LOG_LEVEL=level)
         crash = ""
         end = time.monotonic() + deadline_s
         # when a rank fails, join() terminates the others and logs each one: the FINISHED row says it in one line
@@ -111,6 +119,9 @@ def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.
         spawn_log.setLevel(logging.ERROR)
         try:
             while not ctx.join(timeout=1.0):
+                if any(p.exitcode == 0 and not Path(outdir, f"{r}.finished").exists()
+                       for r, p in enumerate(ctx.processes)):
+                    break  # a rank the solution ended (os._exit(0)): the others would wait for it until the timeout
                 if time.monotonic() > end:
                     crash = (f"your solution ran longer than {deadline_s:g} s (the time limit); look for an infinite "
                              "loop, or a send without its receive (a deadlock)")
@@ -121,6 +132,7 @@ def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.
                      f"a rank crashed: {one_line(str(e).strip().splitlines()[-1])[:200]}")
         finally:
             spawn_log.setLevel(spawn_level)
+            codes = sorted({p.exitcode for p in ctx.processes if p.exitcode})  # before any rank is stopped here
             for p in ctx.processes:
                 if p.is_alive():
                     p.terminate()
@@ -129,7 +141,6 @@ def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.
                     p.kill()
                     p.join(5)
         if not crash:
-            codes = sorted({p.exitcode for p in ctx.processes if p.exitcode})
             crash = (f"they ended (exit codes {codes or [0]}) before returning every output (sys.exit, os._exit or a "
                      "crash): a solution returns its results and never ends the process")
         results = []

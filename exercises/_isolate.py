@@ -9,10 +9,12 @@ grading process, by comparing those outputs with the grader's own references; so
 printing rows, inside the solution's process changes nothing.
 
 In the solution's process (``child``), before the solution is imported, ``seal`` makes everything under
-exercises/ unimportable (the reference solutions and the grader: an ``import`` of them raises ImportError)
-and takes the repository off sys.path. That stops the easy way of handing the reference's answers back; a
-determined solution can still read files, which is why the inputs are fresh (``--seed``) and the verdict is
-never the child's.
+exercises/ unimportable (the reference solutions and the grader: an ``import`` of them raises ImportError),
+takes the repository off sys.path, and installs an audit hook (PEP 578; it cannot be removed) that refuses to
+open any file or folder under exercises/ but the solution itself, whatever the path (a link, a hard link, a
+``spec_from_file_location`` import): the reference's code never reaches the solution's process. An audit hook
+is not a sandbox: another program the solution starts could still read the files (subprocesses are allowed:
+Triton compiles with one), which is why the inputs are fresh (``--seed``) and the verdict is never the child's.
 
 A solution that exits (``sys.exit``, ``exit()``, ``os._exit``), crashes or runs past the time limit leaves
 no complete outputs: ``run_solution`` raises SolutionStopped with one line saying what happened.
@@ -113,14 +115,35 @@ class RefuseExercises:
         return None
 
 
-def seal() -> None:
+def _identity(path) -> tuple[int, int] | None:
+    """(device, inode) of what a path names, following links; None if it cannot be looked at."""
+    try:
+        info = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def seal(solutions: list[str] = ()) -> None:
     """From here on, an import of anything under exercises/ raises ImportError: the modules already loaded leave
     sys.modules (the objects the caller holds keep working), a finder refuses the names, and the repository
-    leaves sys.path. Called once the process holds what it needs, before the solution is imported."""
+    leaves sys.path; and no file or folder under exercises/ can be opened, but the ``solutions`` being graded
+    (compared by device and inode: a link or a hard link to the reference is the reference). Called once the
+    process holds what it needs, before the solution is imported."""
     for name in [n for n in sys.modules if n == "exercises" or n.startswith("exercises.")]:
         del sys.modules[name]
     sys.meta_path.insert(0, RefuseExercises())
     sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != REPO_ROOT]
+    folder = REPO_ROOT / "exercises"
+    guarded = {_identity(p) for p in [folder, *folder.rglob("*")]} - {_identity(p) for p in solutions} - {None}
+
+    def refuse_exercises(event: str, args: tuple) -> None:
+        # "open": open(), os.open, io.open_code (every import from a file); a folder too (os.open(..., dir_fd=))
+        if event == "open" and args and not isinstance(args[0], int) and _identity(args[0]) in guarded:
+            raise PermissionError(f"{os.fsdecode(args[0])!r} cannot be opened while a solution is graded: it runs "
+                                  "without the reference solutions and the grader")
+
+    sys.addaudithook(refuse_exercises)
 
 
 def portable(x):
@@ -162,7 +185,7 @@ def child(folder: str, device_kind: str) -> None:
     warnings.simplefilter("ignore")  # overflow and deprecation warnings are noise in a grade
     task = torch.load(folder / "inputs.pt", map_location=device_kind, weights_only=True)
     outputs = grader(task["exercise"]).outputs
-    seal()
+    seal([task["solution"]])
 
     def save(data) -> None:
         """Write the outputs and end here: a thread or an exit handler the solution left cannot undo or delay

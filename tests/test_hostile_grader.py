@@ -1,5 +1,6 @@
-"""Hostile attempts at the exercise grader (issue 31, item 7): a solution that hangs, exits, imports the reference
-or patches the grader never gets a pass, never hangs the grader, and is told so in one line without a traceback.
+"""Hostile attempts at the exercise grader (issue 31, item 7): a solution that hangs, exits, imports or reads the
+reference or patches the grader never gets a pass, never hangs the grader, and is told so in one line without a
+traceback.
 
 Each attempt is graded the way a user grades one, ``python -m exercises NAME --solution FILE``, in a process of
 its own (a solution that calls os._exit must not take the test down with it)."""
@@ -78,6 +79,37 @@ def test_a_solution_that_exits_is_never_a_pass_and_says_it_exited(tmp_path, how,
 def test_the_reference_solution_cannot_be_imported(tmp_path):
     assert_failed(grade(tmp_path, "from exercises.layer_norm.solution import layer_norm\n"),
                   "load and run the solution: raised ImportError", "cannot be imported while a solution is graded")
+
+
+REFERENCE = REPO / "exercises" / "layer_norm" / "solution.py"
+BY_PATH = {  # the reference's code read without an import statement: each is refused at the open
+    "spec_from_file_location": ("import importlib.util as u\n"
+                                f"spec = u.spec_from_file_location('r', {str(REFERENCE)!r})\n"
+                                "m = u.module_from_spec(spec)\nspec.loader.exec_module(m)\n"
+                                "layer_norm = m.layer_norm\n"),
+    "open and exec through a link": ("ns = {}\nexec(open(LINK).read(), ns)\nlayer_norm = ns['layer_norm']\n"),
+    "runpy through a link": "import runpy\nlayer_norm = runpy.run_path(LINK)['layer_norm']\n",
+    "os.open of the folder": ("import os\n"
+                              f"fd = os.open({str(REFERENCE.parent)!r}, os.O_RDONLY)\n"
+                              "ns = {}\nexec(open(os.open('solution.py', os.O_RDONLY, dir_fd=fd)).read(), ns)\n"
+                              "layer_norm = ns['layer_norm']\n"),
+}
+
+
+@pytest.mark.parametrize("how", list(BY_PATH))
+def test_the_reference_cannot_be_read_by_path_or_through_a_link(tmp_path, how):
+    link = tmp_path / "copy.py"
+    link.symlink_to(REFERENCE)  # a hard link is the same file to the grader (device and inode); not tried here,
+    # since a hard link would outlive a killed test inside the repository's file system
+    done = grade(tmp_path, BY_PATH[how].replace("LINK", repr(str(link))))
+    assert_failed(done, "raised PermissionError", "cannot be opened while a solution is graded")
+    assert "PASS" not in done.stdout
+
+
+def test_the_reference_itself_still_grades(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "exercises", "layer_norm", "--solution", str(REFERENCE), "--device",
+                           "cpu", "--seed", "0"], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and "ALL CHECKS PASSED" in done.stdout, done.stdout + done.stderr
 
 
 def test_patching_the_grader_by_import_fails_to_import(tmp_path):
@@ -192,11 +224,21 @@ def test_ranks_cannot_import_the_reference(tmp_path):
     assert "PASS" not in done.stdout
 
 
-def test_ranks_that_exit_stop_the_grading_in_one_line(tmp_path):
-    assert_stopped(grade(tmp_path, "import sys\nsys.exit(0)\n", name="ring_all_reduce"),
-                   "2 ranks: ranks [0, 1] stopped before the end", "SystemExit(0)")
+@pytest.mark.parametrize("source, says", [
+    ("import sys\nsys.exit(0)\n", "SystemExit(0)"),
+    ("def ring_all_reduce(tensor):\n    exit()\n", "SystemExit(None)"),
+    # the other ranks would wait for it until the collectives' timeout, printing the store's C++ warnings
+    ("import os\nos._exit(0)\n", "exit codes [0]"),
+    ("import os\ndef ring_all_reduce(tensor):\n    os._exit(0)\n", "exit codes [0]"),
+], ids=["sys.exit at import", "exit() inside", "os._exit at import", "os._exit inside"])
+def test_ranks_that_exit_stop_the_grading_in_one_line(tmp_path, source, says):
+    assert_stopped(grade(tmp_path, source, name="ring_all_reduce"),
+                   "2 ranks: ranks [0, 1] stopped before the end", says)
 
 
-def test_ranks_that_hang_are_stopped_at_the_time_limit(tmp_path):
-    assert_stopped(grade(tmp_path, LOOP, "--time-limit", "20", name="ring_all_reduce"),
+@pytest.mark.parametrize("where", ["at import", "inside the function"])
+def test_ranks_that_hang_are_stopped_at_the_time_limit(tmp_path, where):
+    source = LOOP if where == "at import" else "def ring_all_reduce(tensor):\n" + "".join(
+        f"    {line}\n" for line in LOOP.splitlines())
+    assert_stopped(grade(tmp_path, source, "--time-limit", "20", name="ring_all_reduce"),
                    "your solution ran longer than 20 s (the time limit)")
