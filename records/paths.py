@@ -42,8 +42,11 @@ def input_record_demos(device_class: str, results_dir: Path = RESULTS_DIR) -> li
 
 
 def shown(path: Path) -> str:
-    """A path as a reader wants to see it: relative to the repository when it is inside it."""
-    try:
-        return Path(path).resolve().relative_to(REPO_ROOT).as_posix()
-    except ValueError:
-        return str(path)
+    """A path as a reader wants to see it: relative to the repository when it is inside it (as named: a link is
+    shown where it is, not where it points)."""
+    for absolute in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            return absolute.relative_to(REPO_ROOT).as_posix()
+        except ValueError:
+            continue
+    return str(path)

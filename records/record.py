@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from records import atomic, units
-from records.paths import RECORD_SCHEMA
+from records.paths import RECORD_SCHEMA, shown
 from records.units import BYTE_RATES, FLOP_RATES
 
 SCHEMA_VERSION = 1
@@ -75,6 +75,10 @@ def _schema_problem(e) -> str:
         return f"{_field([*path, *missing[:1]])}: missing"
     if e.validator == "type":
         return f"{_field(path)}: expected {e.validator_value if isinstance(e.validator_value, str) else ' or '.join(e.validator_value)}, got {_short(repr(e.instance), 40)}"
+    if e.validator in ("maxItems", "minItems", "maxLength", "minLength"):  # the message would start with the value
+        bound = "at most" if e.validator.startswith("max") else "at least"
+        what = "characters" if e.validator.endswith("Length") else "items"
+        return f"{_field(path)}: {len(e.instance):,} {what}; {bound} {e.validator_value:,}"
     if e.validator == "additionalProperties":
         return f"{_field(path)}: {_short(e.message)} (see records/record.schema.json)"
     return f"{_field(path)}: {_short(e.message)}"
@@ -332,6 +336,14 @@ def _no_duplicates(pairs: list) -> dict:
     return dict(pairs)
 
 
+def _integer(digits: str) -> int:
+    """An integer of the JSON text, refused before Python's own 4,300-digit limit (whose message advises
+    changing it)."""
+    if len(digits) > 101:
+        raise ValueError(f"an integer of {len(digits):,} digits; a record's numbers stay within +-1e100")
+    return int(digits)
+
+
 def loads(text: str | bytes, source: str = "record") -> Record:
     """Parse and validate a record's JSON text: no duplicate key, no number beyond what Python reads, no nesting
     deeper than Python parses; a problem raises RecordError naming the source (one line)."""
@@ -340,14 +352,14 @@ def loads(text: str | bytes, source: str = "record") -> Record:
     try:
         if isinstance(text, bytes):  # strictly UTF-8: json.loads would also take UTF-16 and a byte-order mark
             text = text.decode("utf-8")
-        data = json.loads(text, object_pairs_hook=_no_duplicates)
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_integer)
     except json.JSONDecodeError as e:
         raise RecordError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except UnicodeDecodeError:
         raise RecordError(f"{source}: not UTF-8 text") from None
     except RecursionError:
         raise RecordError(f"{source}: not valid JSON (nested too deeply)") from None
-    except ValueError as e:  # a duplicate key; an integer of more than 4,300 digits
+    except ValueError as e:  # a duplicate key; an integer of more than 101 digits
         raise RecordError(f"{source}: {_short(str(e))}") from None
     return parse(data, source)
 
@@ -377,8 +389,8 @@ def load(path: Path) -> Record:
         data = read_bounded(Path(path))
     except OSError as e:
         reason = "a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))  # O_NOFOLLOW met a link
-        raise RecordError(f"{path}: cannot be read ({reason})") from None
-    return loads(data, str(path))
+        raise RecordError(f"{shown(path)}: cannot be read ({reason})") from None
+    return loads(data, shown(path))
 
 
 def write(path: Path, data: dict) -> None:

@@ -104,7 +104,7 @@ def start(*args, **kwargs):
 
 @pytest.mark.slow
 def test_an_accepted_title_with_accents_and_punctuation_builds_into_the_site(repo_copy, tmp_path):
-    title = 'Café: naïve & C# — 50% "fast"'
+    title = 'Café: naïve & C# — 50% "fast" 𝐀𠀀'  # letters beyond the BMP too (an emoji is refused)
     (repo_copy / "demos/harness/run.py").write_text(IDLE_HARNESS)
     made = run(repo_copy, "scripts.scaffold", "T12", "softmax", "stable_softmax", "--title", title)
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
@@ -121,7 +121,8 @@ def test_an_accepted_title_with_accents_and_punctuation_builds_into_the_site(rep
                                                                                  or "stable_softmax" in line)]
     assert not ours, ours
     html = (site / "topics" / "softmax" / "index.html").read_text(encoding="utf-8")
-    assert "Café: naïve &amp; C# — 50% &quot;fast&quot;" in html or 'Café: naïve &amp; C# — 50% "fast"' in html
+    assert ("Café: naïve &amp; C# — 50% &quot;fast&quot; 𝐀𠀀" in html
+            or 'Café: naïve &amp; C# — 50% "fast" 𝐀𠀀' in html)
     assert "Café: naïve" in (site / "index.html").read_text(encoding="utf-8")  # the nav of every page
 
 

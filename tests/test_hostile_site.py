@@ -370,7 +370,7 @@ def test_a_dollar_in_a_plot_text_is_a_dollar_sign():
 
 @pytest.mark.parametrize("text, expected", [
     ("[" * 2000 + "]" * 2000, "nested too deeply"),
-    ('{"a": ' + "9" * 5000 + "}", "Exceeds the limit"),
+    ('{"a": ' + "9" * 5000 + "}", "an integer of 5,000 digits"),
     ('{"a": 1, "a": 2}', 'the key "a" appears twice'),
     ("\ufeff{}", "not valid JSON"),
     (b"\xff\xfe{}", "not UTF-8"),
@@ -396,9 +396,11 @@ def _hostile_files(folder: Path) -> dict[str, str]:
     os.mkfifo(folder / "fifo.json")
     (folder / "deep.json").write_text("[" * 2000 + "]" * 2000)
     (folder / "digits.json").write_text('{"a": ' + "9" * 5000 + "}")
+    (folder / "big.json").write_text('{"a": 1' + "0" * 400 + "}")  # 10**400: no float holds it
     (folder / "huge.json").write_bytes(b" " * (record.MAX_BYTES + 1))
     return {"zero.json": "symbolic link", "fifo.json": "not a regular file", "deep.json": "nested too deeply",
-            "digits.json": "Exceeds the limit", "huge.json": "a record is at most"}
+            "digits.json": "an integer of 5,000 digits",
+            "big.json": "an integer of 401 digits", "huge.json": "a record is at most"}
 
 
 def test_a_link_to_dev_zero_a_fifo_and_a_huge_file_are_refused_without_reading(tmp_path):
@@ -412,9 +414,9 @@ def test_a_link_to_dev_zero_a_fifo_and_a_huge_file_are_refused_without_reading(t
 def test_the_check_names_each_hostile_record_in_one_line(site, capsys):
     folder = site.results / "kernel_fusion"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "cpu.json").unlink()
+    (folder / "cpu.json").unlink()  # replaced by a hostile one: the readers hash it as an input
     names = {"zero.json": "h100.json", "fifo.json": "h200.json", "deep.json": "a100.json", "digits.json": "l4.json",
-             "huge.json": "l40s.json"}
+             "huge.json": "l40s.json", "big.json": "cpu.json"}
     staging = folder.parent / "staging"
     for name, expected in _hostile_files(staging).items():
         (staging / name).rename(folder / names[name])
@@ -443,8 +445,10 @@ def test_regen_counts_a_hostile_record_as_missing_without_reading_it(tmp_path):
     (lambda r: r["provenance"].__setitem__("utc", "9999-99-99T00:00:00Z"), "provenance.utc"),
     (lambda r: r["provenance"].__setitem__("utc", "2999-01-01T00:00:00Z"), "provenance.utc"),
     (lambda r: r["provenance"].__setitem__("device_kind", "cuda"), "provenance.device_kind"),
-    (lambda r: r["tables"][0].__setitem__("rows", [["a", 1.0]] * 2001), "tables[0].rows"),
-    (lambda r: r["series"][0]["lines"][0].update(x=[1.0] * 20001, y=[1.0] * 20001), "series[0].lines[0].x"),
+    (lambda r: r["tables"][0].__setitem__("rows", [["a", 1.0]] * 2001), "tables[0].rows: 2,001 items; at most 2,000"),
+    (lambda r: r["tables"][0].__setitem__("rows", [["a", 1.0]] * 300_000), "tables[0].rows: 300,000 items; at most"),
+    (lambda r: r["series"][0]["lines"][0].update(x=[1.0] * 20001, y=[1.0] * 20001),
+     "series[0].lines[0].x: 20,001 items; at most 20,000"),
 ])
 def test_implausible_provenance_and_unbounded_tables_are_refused(mutate, field):
     rec = make_record()
@@ -481,6 +485,9 @@ def test_a_claim_that_can_never_be_contradicted_is_refused(site, capsys, claim):
 def test_a_typod_or_split_marker_is_an_error_not_literal_text(site, capsys, text):
     code, errors = errors_of(site, capsys, page=TOPIC.replace("CLAIM", text))
     assert code == 1 and any("holds braces that are no marker" in e for e in errors), errors
+    long_line = TOPIC.replace("CLAIM", "A sentence long enough to push a marker past sixty characters: " + text)
+    code, errors = errors_of(site, capsys, page=long_line)
+    assert any(text.split("\n")[0][:30] in e for e in errors), errors  # quoted around the brace, not from the start
 
 
 def test_markers_in_code_are_left_alone():

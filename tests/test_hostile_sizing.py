@@ -71,6 +71,7 @@ def test_the_issue_example_message(tmp_path):
     ("context = 4096", "context = inf", "input context: inf is not a finite number"),
     ("context = 4096", "context = -4096", "input context: -4096 is out of range"),
     ("context = 4096", "context = 0", "input context: 0 is out of range"),
+    ("layers = 80", "layers = -80", "input layers: -80 is out of range"),
     ("context = 4096", "context = true", "input context: true is not a number"),
     ("context = 4096", 'context = "4096"', "input context: '4096' is not a number"),
     ("context = 4096", "context = 4096.5", "input context: 4096.5 is not a whole number"),

@@ -254,11 +254,12 @@ def test_a_linked_demo_folder_is_refused(tmp_path, capsys, good, results):
 
 @pytest.mark.parametrize("spoil, says", [
     (lambda text: text.replace('"value": 10.0', '"value": ' + "1" * 5000, 1), "digits"),
+    (lambda text: text.replace('"value": 10.0', '"value": 1' + "0" * 400, 1), "an integer of 401 digits"),
     (lambda text: text.replace('"value": 10.0', '"value": 1e999', 1), "metrics.chain.eager.gbps.value"),
     (lambda text: text.replace('"artifacts": {}', '"artifacts": ' + "[" * 100_000 + "]" * 100_000, 1), "nested"),
     (lambda text: text.replace('"schema": 1', '"schema": 1, "schema": 1', 1), "appears twice"),
     (lambda text: text.replace('"passed": true', '"passed": false', 1), "failed"),
-], ids=["huge-integer", "infinite-number", "deep-nesting", "duplicate-key", "failed-check"])
+], ids=["huge-integer", "ten-to-the-400", "infinite-number", "deep-nesting", "duplicate-key", "failed-check"])
 def test_a_record_the_check_refuses_is_refused(tmp_path, capsys, good, results, spoil, says):
     sent = spoil(good.decode()).encode()
     assert sent != good

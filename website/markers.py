@@ -137,9 +137,12 @@ def strays(text: str, source_name: str = "page") -> list[str]:
         start = text.find(chunk, offset) if chunk else offset
         offset = max(offset, start)
         left = SIZING.sub(lambda m: " " * len(m.group(0)), MARKER.sub(lambda m: " " * len(m.group(0)), chunk))
-        lines = sorted({text.count("\n", 0, start + m.start()) + 1 for m in STRAY.finditer(left)})
-        for line in lines:
-            words = " ".join(text.splitlines()[line - 1].split())[:60]
+        firsts: dict[int, int] = {}  # the page's line -> where on it the first stray brace is
+        for m in STRAY.finditer(left):
+            at = start + m.start()
+            firsts.setdefault(text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1))
+        for line, column in sorted(firsts.items()):
+            words = " ".join(text.splitlines()[line - 1][max(0, column - 20):].split())[:70]  # around the brace
             found.append(f"{source_name}:{line}: {words!r} holds braces that are no marker (a typo, or a marker split "
                          "across lines?); write {{ results DEMO }}, {{ metric ... }}, {{ claim ... }}, "
                          "{{ artifact ... }} or {{ sizing ID }} on one line")
