@@ -10,11 +10,11 @@ printing rows, inside the solution's process changes nothing.
 
 In the solution's process (``child``), before the solution is imported, ``seal`` makes everything under
 exercises/ unimportable (the reference solutions and the grader: an ``import`` of them raises ImportError),
-takes the repository off sys.path, and installs an audit hook (PEP 578; it cannot be removed) that refuses to
-open any file or folder under exercises/ but the solution itself, whatever the path (a link, a hard link, a
-``spec_from_file_location`` import): the reference's code never reaches the solution's process. An audit hook
-is not a sandbox: another program the solution starts could still read the files (subprocesses are allowed:
-Triton compiles with one), which is why the inputs are fresh (``--seed``) and the verdict is never the child's.
+takes the repository off sys.path, and makes every file and folder under exercises/ but the solution itself
+unreadable: on Linux the kernel refuses it (Landlock, ``exercises/_sandbox.py``: Python's open, ctypes, a C++
+extension, a ``cat`` the solution starts, any path), and an audit hook (PEP 578) refuses Python's own opens with a
+line that says why (everywhere; where Landlock is missing, as on macOS, it is the only barrier, and a determined
+solution can get around it). The inputs are fresh (``--seed``) and the verdict is never the child's.
 
 A solution that exits (``sys.exit``, ``exit()``, ``os._exit``), crashes or runs past the time limit leaves
 no complete outputs: ``run_solution`` raises SolutionStopped with one line saying what happened.
@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 
 from exercises._grading import REPO_ROOT, SolutionRaised, SolutionStopped, describe, load_solution, where
+from exercises._sandbox import deny_reading
 
 STOPPED_NOTE = "stopped.txt"  # the child's one line when the solution ended it (SystemExit and the like)
 OUTPUTS = "outputs.pt"
@@ -127,9 +128,9 @@ def _identity(path) -> tuple[int, int] | None:
 def seal(solutions: list[str] = ()) -> None:
     """From here on, an import of anything under exercises/ raises ImportError: the modules already loaded leave
     sys.modules (the objects the caller holds keep working), a finder refuses the names, and the repository
-    leaves sys.path; and no file or folder under exercises/ can be opened, but the ``solutions`` being graded
-    (compared by device and inode: a link or a hard link to the reference is the reference). Called once the
-    process holds what it needs, before the solution is imported."""
+    leaves sys.path; and no file or folder under exercises/ can be read, but the ``solutions`` being graded (the
+    kernel's refusal where Landlock is available; an audit hook's, comparing device and inode, everywhere). Called
+    once the process holds what it needs, before the solution is imported."""
     for name in [n for n in sys.modules if n == "exercises" or n.startswith("exercises.")]:
         del sys.modules[name]
     sys.meta_path.insert(0, RefuseExercises())
@@ -144,6 +145,7 @@ def seal(solutions: list[str] = ()) -> None:
                                   "without the reference solutions and the grader")
 
     sys.addaudithook(refuse_exercises)
+    deny_reading(folder, [Path(p) for p in solutions])
 
 
 def portable(x):

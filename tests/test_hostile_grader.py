@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from exercises._sandbox import available as landlock_available
+
 REPO = Path(__file__).resolve().parents[1]
 HANG_GUARD_S = 300  # a grader that hangs fails the test instead of hanging it
 
@@ -104,6 +106,35 @@ def test_the_reference_cannot_be_read_by_path_or_through_a_link(tmp_path, how):
     done = grade(tmp_path, BY_PATH[how].replace("LINK", repr(str(link))))
     assert_failed(done, "raised PermissionError", "cannot be opened while a solution is graded")
     assert "PASS" not in done.stdout
+
+
+# what no audit hook stops: opens made in C, a changed os.stat, the hook's own state, another program, a path
+# relative to a folder opened elsewhere; the kernel (Landlock) refuses them all
+IN_C = {
+    "ctypes open": ("import ctypes, os\nfd = ctypes.CDLL(None).open(REF.encode(), 0)\n"
+                    "ns = {}\nexec(os.fdopen(fd).read(), ns)\nlayer_norm = ns['layer_norm']\n"),
+    "torch.from_file": ("import os, torch\n"
+                        "raw = torch.from_file(REF, False, os.stat(REF).st_size, dtype=torch.uint8)\n"
+                        "ns = {}\nexec(bytes(raw.tolist()).decode(), ns)\nlayer_norm = ns['layer_norm']\n"),
+    "cat in a subprocess": ("import subprocess\nns = {}\n"
+                            "exec(subprocess.run(['cat', REF], capture_output=True, text=True).stdout, ns)\n"
+                            "layer_norm = ns['layer_norm']\n"),
+    "dir_fd from the root": ("import os\nfd = os.open('/', os.O_RDONLY)\n"
+                             "ns = {}\nexec(os.fdopen(os.open(REF[1:], os.O_RDONLY, dir_fd=fd)).read(), ns)\n"
+                             "layer_norm = ns['layer_norm']\n"),
+    "os.stat patched": ("import os\nreal = os.stat\ndef blind(*a, **k):\n    raise OSError('no')\n"
+                        "os.stat = blind\ntry:\n    text = open(REF).read()\nfinally:\n    os.stat = real\n"
+                        "ns = {}\nexec(text, ns)\nlayer_norm = ns['layer_norm']\n"),
+}
+
+
+@pytest.mark.skipif(not landlock_available(), reason="this kernel has no Landlock: only the audit hook guards the "
+                                                     "reference, and a determined solution gets around it")
+@pytest.mark.parametrize("how", list(IN_C))
+def test_the_kernel_refuses_the_reference_to_code_no_audit_hook_sees(tmp_path, how):
+    done = grade(tmp_path, IN_C[how].replace("REF", repr(str(REFERENCE))))
+    assert done.returncode == 1 and "ALL CHECKS PASSED" not in done.stdout, done.stdout + done.stderr
+    assert "PASS" not in done.stdout and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 def test_the_reference_itself_still_grades(tmp_path):
@@ -221,6 +252,15 @@ def ring_all_reduce(tensor):
 def test_ranks_cannot_import_the_reference(tmp_path):
     done = grade(tmp_path, "from exercises.ring_all_reduce.solution import ring_all_reduce\n", name="ring_all_reduce")
     assert_failed(done, "load and run the solution: rank 0: raised ImportError")
+    assert "PASS" not in done.stdout
+
+
+@pytest.mark.skipif(not landlock_available(), reason="this kernel has no Landlock (see above)")
+def test_ranks_cannot_read_the_reference_in_c_either(tmp_path):
+    reference = REPO / "exercises" / "ring_all_reduce" / "solution.py"
+    source = IN_C["ctypes open"].replace("REF", repr(str(reference))).replace("layer_norm", "ring_all_reduce")
+    done = grade(tmp_path, source, name="ring_all_reduce")
+    assert_failed(done, "load and run the solution: rank 0: raised")
     assert "PASS" not in done.stdout
 
 

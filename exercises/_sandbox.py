@@ -1,0 +1,87 @@
+"""Make a folder unreadable to this process and everything it starts: Linux's Landlock (kernel 5.13 and later).
+
+Landlock lets an unprivileged process give up rights for good; the kernel then checks every open, whatever asks
+for it (Python's open, ctypes calling libc, a C++ extension, a subprocess such as ``cat``), through any path
+(a symbolic link, /proc/self/fd, /proc/PID/root). Its rules only allow, so "everything but one folder" is
+written as: reading is allowed beneath every sibling of each folder on the way from / down to the folder, and
+beneath the few files inside it that stay readable. Only reading is restricted (files and folder listings);
+writing, executing and everything else are untouched, and moving or linking a file out of the folder is refused
+by Landlock itself.
+
+The kernel's interface (the ``landlock_*`` system calls and their structures) is documented in
+https://docs.kernel.org/userspace-api/landlock.html. On another system, or a kernel without Landlock,
+``deny_reading`` returns False and does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import stat
+import struct
+from pathlib import Path
+
+SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
+READ_FILE, READ_DIR = 1 << 2, 1 << 3  # LANDLOCK_ACCESS_FS_*
+RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def available() -> bool:
+    """Whether this kernel enforces Landlock (its ABI version, asked without creating anything)."""
+    calls = SYSCALLS.get(platform.machine())
+    if platform.system() != "Linux" or calls is None:
+        return False
+    return ctypes.CDLL(None, use_errno=True).syscall(calls[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1)) > 0
+
+
+def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
+    """From now on, this thread and the processes it starts cannot read anything beneath ``folder`` but the
+    ``readable`` files in it. True when the kernel enforces it, False where Landlock is not available."""
+    calls = SYSCALLS.get(platform.machine())
+    if platform.system() != "Linux" or calls is None:
+        return False
+    create, add_rule, restrict = calls
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = READ_FILE | READ_DIR
+    attr = ctypes.create_string_buffer(struct.pack("=Q", handled))  # struct landlock_ruleset_attr, ABI 1's part
+    ruleset = libc.syscall(create, attr, ctypes.c_size_t(len(attr.raw)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False  # ENOSYS or EOPNOTSUPP: no Landlock in this kernel
+    try:
+        folder = folder.resolve()
+        allowed = [p.resolve() for p in readable]
+        beneath = [p for p in allowed if folder in p.parents]
+        # every sibling on the way down, then the readable files themselves
+        for parent, keep in zip([folder, *folder.parents][:0:-1], [folder, *folder.parents][-2::-1]):
+            for entry in os.scandir(parent):
+                if Path(entry.path) != keep:
+                    _allow(libc, add_rule, ruleset, Path(entry.path), handled)
+        for path in beneath:
+            _allow(libc, add_rule, ruleset, path, READ_FILE)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(restrict, ruleset, ctypes.c_uint32(0)):
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(ruleset)
+    return True
+
+
+def _allow(libc, add_rule: int, ruleset: int, path: Path, access: int) -> None:
+    """Allow ``access`` beneath ``path`` (a file gets only the file rights)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return  # gone since it was listed, or unreadable anyway
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode):
+            return  # what it points to is allowed, or not, where it lives
+        if not stat.S_ISDIR(mode):
+            access &= READ_FILE  # a folder right on a file is refused (EINVAL)
+        if access:
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd))  # landlock_path_beneath_attr, packed
+            if libc.syscall(add_rule, ruleset, RULE_PATH_BENEATH, rule, ctypes.c_uint32(0)) != 0:
+                raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}: " + os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(fd)
