@@ -57,9 +57,9 @@ def problems(entries: dict) -> list[str]:
         if "memory_gbps" not in entry:
             found.append(f"[{name}] memory_gbps: missing; every device bounds its memory bandwidth")
         for key, value in peaks.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= 0:
-                found.append(f"[{name}] {key}: {value!r} is not a finite positive number")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e100 \
+                    or not math.isfinite(value):  # an int of 400 digits overflows isfinite; no peak is near 1e100
+                found.append(f"[{name}] {key}: {repr(value)[:40]} is not a finite positive number")
     return found
 
 
@@ -70,8 +70,11 @@ def load(root: Path = REPO_ROOT) -> dict[str, dict]:
     try:
         with open(path, "rb") as f:
             entries = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise DatasheetError(f"records/datasheets.toml: not valid TOML ({e})") from None
+    except (ValueError, RecursionError) as e:  # TOMLDecodeError, UnicodeDecodeError, an int of 5,000 digits
+        raise DatasheetError(f"records/datasheets.toml: not valid TOML ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:120]})") from None
+    except OSError as e:
+        raise DatasheetError(f"records/datasheets.toml: cannot be read ({e.strerror or e})") from None
     found = problems(entries)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

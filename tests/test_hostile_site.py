@@ -131,6 +131,27 @@ def test_front_matter_holds_only_what_the_site_reads_and_no_script(tmp_path, fro
     assert any(expected in p for p in found), found
 
 
+@pytest.mark.parametrize("page", [
+    '--- \nsubtitle: "\\u003cimg src=x \\u006fnerror=alert(1)\\u003e"\n---\n# Page\n',  # a blank after the opener
+    '---\nsubtitle: "\\u003cimg src=x \\u006fnerror=alert(1)\\u003e"\n...\n# Page\n',  # closed by '...'
+    "Icon: anything\nStatus: new\n\n# Page\n",  # MultiMarkdown: a page's first 'key: value' lines
+], ids=["opener with a blank", "closed by dots", "multimarkdown"])
+def test_front_matter_is_read_as_mkdocs_reads_it(tmp_path, page):
+    """The check once knew only '---' lines exactly; MkDocs also takes '--- ', '...' and 'Key: value' lines."""
+    found = page_safety.problems(scratch_site(tmp_path, page))
+    assert any("front matter key" in p and "is not one the site reads" in p for p in found), found
+
+
+@pytest.mark.parametrize("name", ["assets/evil.xht", "assets/evil.xsl", "assets/evil.mht", "CNAME"])
+def test_docs_holds_only_the_file_types_the_site_publishes(tmp_path, name):
+    """MkDocs copies every file of docs/ into the site, and a browser runs script from more types than any list
+    of markup names (.xht is XHTML to Python's mimetypes and to a web server)."""
+    root = scratch_site(tmp_path)
+    (root / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / "docs" / name).write_text("<html><script>alert(1)</script></html>")
+    assert any(p.startswith(f"docs/{name}: the site publishes only") for p in page_safety.problems(root))
+
+
 def test_a_bad_datasheet_is_one_line_in_regen_unpack_and_the_build(tmp_path, monkeypatch, capsys):
     """A nan peak stops the check in one line; the other commands read the datasheet first too (the build's modules
     read it as they load, regen's digests and unpack's gate as they go), so none prints a traceback."""
@@ -344,6 +365,23 @@ def test_a_datasheet_with_a_nan_peak_stops_the_check_in_one_line(tmp_path, monke
     (bad / "datasheets.toml").write_text(text)
     with pytest.raises(datasheets.DatasheetError, match=r"^records/datasheets.toml: \[h100\] memory_gbps: nan"):
         datasheets.load(tmp_path)
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda data: data.replace(b"memory_gbps = 3350.0", b"memory_gbps = 1" + b"0" * 400, 1), "is not a finite"),
+    (lambda data: data.replace(b"memory_gbps = 3350.0", b"memory_gbps = 1" + b"0" * 5000, 1), "not valid TOML"),
+    (lambda data: data + b"\xff", "not valid TOML (UnicodeDecodeError"),
+    (lambda data: data + b"deep = " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid TOML (RecursionError"),
+    (None, "cannot be read (No such file or directory)"),
+], ids=["10**400", "5000 digits", "not utf-8", "deep", "missing"])
+def test_a_datasheet_file_that_cannot_be_read_is_one_line(tmp_path, spoil, says):
+    (tmp_path / "records").mkdir()
+    if spoil is not None:
+        data = spoil((REPO / "records" / "datasheets.toml").read_bytes())
+        (tmp_path / "records" / "datasheets.toml").write_bytes(data)
+    with pytest.raises(datasheets.DatasheetError, match=r"^records/datasheets.toml: ") as refused:
+        datasheets.load(tmp_path)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_the_committed_datasheets_are_valid():

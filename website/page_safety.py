@@ -52,6 +52,11 @@ SCRIPT_ADDRESS = re.compile(r"(?<![a-z0-9_])((java|vb)script:|data:text/html)", 
 # The pages MkDocs renders or copies as they are: what a browser would treat as markup (any letter case).
 MARKUP_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".html", ".htm", ".xhtml", ".shtml", ".svg", ".xml",
                    ".yml", ".yaml", ".txt"}
+# What docs/ may hold at all (MkDocs publishes every file there, and a browser runs script from more types than any
+# list of markup names: .xht, .xsl, .mht): pages, records, images, and the site's own .js and .css, which are code
+# and reviewed as code. Markup among them is scanned.
+PUBLISHED_SUFFIXES = {".md", ".html", ".svg", ".yml", ".txt", ".json", ".css", ".js", ".png", ".jpg", ".jpeg", ".gif",
+                      ".webp", ".ico"}
 
 
 def script_problems(scanned: str, where: str) -> list[str]:
@@ -207,7 +212,8 @@ def read_page(path: Path) -> str:
 def front_matter_problems(meta: dict, where: str) -> list[str]:
     """Front matter the theme would write into pages: keys the site does not read, markup in the title or a tag,
     script in any of its strings (as YAML decodes them)."""
-    found = [f"{where}: front matter key {str(key)[:40]!r} is not one the site reads ({', '.join(FRONT_MATTER_KEYS)})"
+    found = [f"{where}: front matter key {str(key)[:40]!r} is not one the site reads ({', '.join(FRONT_MATTER_KEYS)}; "
+             "MkDocs also takes a page's first 'key: value' lines for front matter)"
              for key in meta if key not in FRONT_MATTER_KEYS][:1]
     if "title" in meta:
         found += title_problems(meta["title"], f"{where}: front matter")
@@ -237,7 +243,9 @@ def _strings(node) -> list[str]:
 
 def problems(root: Path = REPO_ROOT) -> list[str]:
     """Everything that keeps the site from being built safely, one line each."""
-    from website.site_pages import FRONT_MATTER, FrontMatterError, front_matter, mkdocs_config
+    from mkdocs.utils.meta import get_data  # the metadata MkDocs itself reads from a page
+
+    from website.site_pages import mkdocs_config
 
     found = link_problems(root)
     mkdocs_yml = root / "mkdocs.yml"
@@ -253,19 +261,20 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
             found += title_problems(title, "mkdocs.yml: nav")
     docs = root / "docs"
     for path in sorted([*docs.rglob("*"), *(root / "exercises").rglob("*")]):
-        if path.is_symlink() or not path.is_file() or path.suffix.lower() not in MARKUP_SUFFIXES | {".py"}:
+        if path.is_symlink() or not path.is_file():
             continue
         where = path.relative_to(root).as_posix()
+        if _within(path, docs) and path.suffix.lower() not in PUBLISHED_SUFFIXES:
+            found.append(f"{where}: the site publishes only {', '.join(sorted(PUBLISHED_SUFFIXES))} files from docs/")
+        if path.suffix.lower() not in MARKUP_SUFFIXES | {".py"}:
+            continue
         text = read_page(path)
         found += script_problems(text, where)
         if path.suffix.lower() in (".md", ".markdown", ".mdown", ".mkd") and not _within(path, docs / "results"):
             found += include_problems(text, where, root)
-            if FRONT_MATTER.match(text):
-                try:
-                    meta, _ = front_matter(text, where)
-                except FrontMatterError:
-                    meta = {}  # the check names a malformed front matter itself
-                found += front_matter_problems(meta, where)
+            # YAML between --- (or ...) lines, or MultiMarkdown's 'key: value' first lines: the check names a
+            # malformed front matter itself, and MkDocs shows one as text, which the scan above read
+            found += front_matter_problems(get_data(text)[1], where)
     for demo in sorted((root / "demos").rglob("*.py")):  # prose and code alike: the notebook page shows both
         found += script_problems(demo.read_text(encoding="utf-8", errors="replace"), demo.relative_to(root).as_posix())
     return list(dict.fromkeys(found))  # a file included by a page is also scanned on its own: name it once

@@ -26,7 +26,8 @@ import yaml
 from records.paths import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
-FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
+# MkDocs' own delimiters (mkdocs.utils.meta.YAML_RE): '---' opens, '---' or '...' closes, trailing blanks allowed
+FRONT_MATTER = re.compile(r"\A-{3}[ \t]*\n(.*?\n)(?:\.{3}|-{3})[ \t]*\n", re.S)
 PLACEHOLDER = re.compile(r"<!--\s*mm:([a-z-]+)\s*-->")
 QUESTION = re.compile(r"^\s*[-*]\s+(.+?)\s*\((easy|medium|hard)\)\s*$")
 FOLLOW_UP = re.compile(r'^\?\?\?\+?\s+question\s+"(.+)"\s*$')
