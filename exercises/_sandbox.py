@@ -38,7 +38,8 @@ def available() -> bool:
 
 def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
     """From now on, this thread and the processes it starts cannot read anything beneath ``folder`` but the
-    ``readable`` files in it. True when the kernel enforces it, False where Landlock is not available."""
+    ``readable`` files in it. True when the kernel enforces it; False, with nothing changed, where Landlock is not
+    available or a rule cannot be made (a folder on the way that cannot be listed): never half a ruleset."""
     calls = SYSCALLS.get(platform.machine())
     if platform.system() != "Linux" or calls is None:
         return False
@@ -62,6 +63,8 @@ def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
             _allow(libc, add_rule, ruleset, path, READ_FILE)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(restrict, ruleset, ctypes.c_uint32(0)):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
+    except OSError:
+        return False  # nothing is enforced before restrict_self succeeds
     finally:
         os.close(ruleset)
     return True
