@@ -10,11 +10,13 @@ printing rows, inside the solution's process changes nothing.
 
 In the solution's process (``child``), before the solution is imported, ``seal`` makes everything under
 exercises/ unimportable (the reference solutions and the grader: an ``import`` of them raises ImportError),
-takes the repository off sys.path, and makes every file and folder under exercises/ but the solution itself
-unreadable: on Linux the kernel refuses it (Landlock, ``exercises/_sandbox.py``: Python's open, ctypes, a C++
-extension, a ``cat`` the solution starts, any path), and an audit hook (PEP 578) refuses Python's own opens with a
-line that says why (everywhere; where Landlock is missing, as on macOS, it is the only barrier, and a determined
-solution can get around it). The inputs are fresh (``--seed``) and the verdict is never the child's.
+takes the repository off sys.path, and makes the reference unreadable. On Linux the kernel refuses to read
+anything in the repository but the solution itself and the Python environment (Landlock, ``exercises/_sandbox.py``:
+Python's open, ctypes, a C++ extension, a ``cat`` or ``git show`` the solution starts; the reference is also in
+git's objects, in the built site and in the pages that include it). Everywhere, an audit hook (PEP 578) refuses
+Python's own opens of exercises/ with a line that says why; where Landlock is missing, as on macOS, it is the only
+barrier, and a determined solution can get around it. A copy of the repository elsewhere on the disk is the
+candidate's own. The inputs are fresh (``--seed``) and the verdict is never the child's.
 
 A solution that exits (``sys.exit``, ``exit()``, ``os._exit``), crashes or runs past the time limit leaves
 no complete outputs: ``run_solution`` raises SolutionStopped with one line saying what happened.
@@ -128,9 +130,10 @@ def _identity(path) -> tuple[int, int] | None:
 def seal(solutions: list[str] = ()) -> None:
     """From here on, an import of anything under exercises/ raises ImportError: the modules already loaded leave
     sys.modules (the objects the caller holds keep working), a finder refuses the names, and the repository
-    leaves sys.path; and no file or folder under exercises/ can be read, but the ``solutions`` being graded (the
-    kernel's refusal where Landlock is available; an audit hook's, comparing device and inode, everywhere). Called
-    once the process holds what it needs, before the solution is imported."""
+    leaves sys.path; and nothing in the repository can be read but the ``solutions`` being graded and the Python
+    environment (the kernel's refusal where Landlock is available), nor anything under exercises/ by Python's own
+    opens (an audit hook, comparing device and inode, everywhere). Called once the process holds what it needs,
+    before the solution is imported."""
     for name in [n for n in sys.modules if n == "exercises" or n.startswith("exercises.")]:
         del sys.modules[name]
     sys.meta_path.insert(0, RefuseExercises())
@@ -145,7 +148,9 @@ def seal(solutions: list[str] = ()) -> None:
                                   "without the reference solutions and the grader")
 
     sys.addaudithook(refuse_exercises)
-    deny_reading(folder, [Path(p) for p in solutions])
+    # the environment torch and the solution's imports load from (a .venv inside the repository, say)
+    environment = [Path(p) for p in {sys.prefix, sys.exec_prefix, *sys.path} if p]
+    deny_reading(REPO_ROOT, [*map(Path, solutions), *environment])
 
 
 def portable(x):

@@ -4,9 +4,9 @@ Landlock lets an unprivileged process give up rights for good; the kernel then c
 for it (Python's open, ctypes calling libc, a C++ extension, a subprocess such as ``cat``), through any path
 (a symbolic link, /proc/self/fd, /proc/PID/root). Its rules only allow, so "everything but one folder" is
 written as: reading is allowed beneath every sibling of each folder on the way from / down to the folder, and
-beneath the few files inside it that stay readable. Only reading is restricted (files and folder listings);
-writing, executing and everything else are untouched, and moving or linking a file out of the folder is refused
-by Landlock itself.
+beneath the few files and folders inside it that stay readable. Only reading is restricted (files and folder
+listings); writing, executing and everything else are untouched, and moving or linking a file out of the folder
+is refused by Landlock itself.
 
 The kernel's interface (the ``landlock_*`` system calls and their structures) is documented in
 https://docs.kernel.org/userspace-api/landlock.html. On another system, or a kernel without Landlock,
@@ -38,8 +38,9 @@ def available() -> bool:
 
 def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
     """From now on, this thread and the processes it starts cannot read anything beneath ``folder`` but the
-    ``readable`` files in it. True when the kernel enforces it; False, with nothing changed, where Landlock is not
-    available or a rule cannot be made (a folder on the way that cannot be listed): never half a ruleset."""
+    ``readable`` files and folders in it. True when the kernel enforces it; False, with nothing changed, where
+    Landlock is not available or a rule cannot be made (a folder on the way that cannot be listed): never half a
+    ruleset."""
     calls = SYSCALLS.get(platform.machine())
     if platform.system() != "Linux" or calls is None:
         return False
@@ -60,7 +61,7 @@ def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
                 if Path(entry.path) != keep:
                     _allow(libc, add_rule, ruleset, Path(entry.path), handled)
         for path in beneath:
-            _allow(libc, add_rule, ruleset, path, READ_FILE)
+            _allow(libc, add_rule, ruleset, path, handled)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(restrict, ruleset, ctypes.c_uint32(0)):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
     except OSError:

@@ -119,6 +119,9 @@ IN_C = {
     "cat in a subprocess": ("import subprocess\nns = {}\n"
                             "exec(subprocess.run(['cat', REF], capture_output=True, text=True).stdout, ns)\n"
                             "layer_norm = ns['layer_norm']\n"),
+    "git show": ("import subprocess\nns = {}\nexec(subprocess.run(['git', '-C', REPO, 'show', "
+                 "'HEAD:exercises/layer_norm/solution.py'], capture_output=True, text=True).stdout, ns)\n"
+                 "layer_norm = ns['layer_norm']\n"),  # the reference is in git's objects too
     "dir_fd from the root": ("import os\nfd = os.open('/', os.O_RDONLY)\n"
                              "ns = {}\nexec(os.fdopen(os.open(REF[1:], os.O_RDONLY, dir_fd=fd)).read(), ns)\n"
                              "layer_norm = ns['layer_norm']\n"),
@@ -132,7 +135,7 @@ IN_C = {
                                                      "reference, and a determined solution gets around it")
 @pytest.mark.parametrize("how", list(IN_C))
 def test_the_kernel_refuses_the_reference_to_code_no_audit_hook_sees(tmp_path, how):
-    done = grade(tmp_path, IN_C[how].replace("REF", repr(str(REFERENCE))))
+    done = grade(tmp_path, IN_C[how].replace("REF", repr(str(REFERENCE))).replace("REPO", repr(str(REPO))))
     assert done.returncode == 1 and "ALL CHECKS PASSED" not in done.stdout, done.stdout + done.stderr
     assert "PASS" not in done.stdout and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
 
