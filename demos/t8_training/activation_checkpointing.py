@@ -121,11 +121,12 @@ every_peak, every_time = results["every_layer"]
 run.series("tradeoff", f"Checkpointing every layer: {every_peak / base_peak:.0%} of the peak memory, "
            f"{every_time / base_time:.1f}x the step time", "step time (ms)", "peak memory (MiB)",
            {name: ([seconds * 1e3], [peak / MB]) for name, (peak, seconds) in results.items()})
-# With few layers (the tiny test size has two) checkpointing every layer and every 2nd layer keep almost
-# the same activations, and the peak is set by other buffers: the order between them is then within a
-# few percent either way. What must hold at any size: both save memory, and every layer saves no less.
+# What must hold at any size: both save memory. Their order is a finding, claimed on the page against the
+# record: with few, narrow layers (the tiny test size: four of width 48) every layer and every 2nd layer keep
+# almost the same activations, the peak is set by other buffers, and repeated runs put either one ahead
+# (every layer 0.60-0.70 MiB, every 2nd 0.66-0.76 MiB, none 1.15 MiB in one tiny run after another).
 every, second = results["every_layer"][0], results["every_2nd"][0]
-run.check("every_layer.saves_memory", every < base_peak and second < base_peak and every <= 1.05 * second,
+run.check("every_layer.saves_memory", every < base_peak and second < base_peak,
           f"peak: every layer {every / MB:.2f} MiB, every 2nd {second / MB:.2f} MiB, none {base_peak / MB:.2f} MiB")
 
 # %% [markdown]
