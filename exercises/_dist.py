@@ -104,13 +104,17 @@ def run_jobs(jobs: list[tuple], worlds: tuple = WORLDS, deadline_s: float = 240.
         nprocs = max(max(job[2] or worlds) for job in jobs)
         # the ranks' C++ warnings (a store that waits on a rank the solution ended) are noise in a grade: the
         # FINISHED row says what happened in one line
-        level = os.environ.get("TORCH_CPP_LOG_LEVEL")
-        os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"  # spawn starts each rank with this process's environment
+        # and a BLAS pool started before the seal would run unsealed (_sandbox.py): none (spawn starts each rank
+        # with this process's environment)
+        rank_env = {"TORCH_CPP_LOG_LEVEL": "ERROR", "OPENBLAS_NUM_THREADS": "1"}
+        saved = {name: os.environ.get(name) for name in rank_env}
+        os.environ.update(rank_env)
         try:
             ctx = mp.start_processes(_worker, args=(jobs, worlds, store.port, outdir, seed), nprocs=nprocs,
                                      join=False, start_method="spawn")
         finally:
-            os.environ.pop("TORCH_CPP_LOG_LEVEL") if level is None else os.environ.update(TORCH_CPP_LOG_LEVEL=level)
+            for name, value in saved.items():
+                os.environ.pop(name) if value is None else os.environ.update({name: value})
         crash = ""
         end = time.monotonic() + deadline_s
         # when a rank fails, join() terminates the others and logs each one: the FINISHED row says it in one line

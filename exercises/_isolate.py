@@ -10,10 +10,11 @@ printing rows, inside the solution's process changes nothing.
 
 In the solution's process (``child``), before the solution is imported, ``seal`` makes everything under
 exercises/ unimportable (the reference solutions and the grader: an ``import`` of them raises ImportError),
-takes the repository off sys.path, and makes the reference unreadable. On Linux the kernel refuses to read
-anything in the repository but the solution itself and the Python environment (Landlock, ``exercises/_sandbox.py``:
-Python's open, ctypes, a C++ extension, a ``cat`` or ``git show`` the solution starts; the reference is also in
-git's objects, in the built site and in the pages that include it). Everywhere, an audit hook (PEP 578) refuses
+takes the repository off sys.path, and makes the reference unreadable. On Linux the kernel (Landlock,
+``exercises/_sandbox.py``) refuses to read anything in the repository but the solution itself and the Python
+environment, however asked (Python's open, ctypes, a C++ extension, a ``cat`` or ``git show`` the solution starts;
+the reference is also in git's objects, in the built site and in the pages that include it), and to write anything
+there (a forged .pyc of the grader would pass the next grading). Everywhere, an audit hook (PEP 578) refuses
 Python's own opens of exercises/ with a line that says why; where Landlock is missing, as on macOS, it is the only
 barrier, and a determined solution can get around it. A copy of the repository elsewhere on the disk is the
 candidate's own. The inputs are fresh (``--seed``) and the verdict is never the child's.
@@ -32,7 +33,7 @@ import warnings
 from pathlib import Path
 
 from exercises._grading import REPO_ROOT, SolutionRaised, SolutionStopped, describe, load_solution, where
-from exercises._sandbox import deny_reading
+from exercises._sandbox import seal_folder
 
 STOPPED_NOTE = "stopped.txt"  # the child's one line when the solution ended it (SystemExit and the like)
 OUTPUTS = "outputs.pt"
@@ -52,7 +53,7 @@ def run_solution(exercise: str, path, g, jobs: list[dict]) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="exercise-") as folder:
         folder = Path(folder)
         torch.save({"exercise": exercise, "solution": str(Path(path).resolve()), "jobs": jobs}, folder / "inputs.pt")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OPENBLAS_NUM_THREADS": "1",  # no thread before the seal
                "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         # what the solution prints, marked as its own: it can never pass for a row of the grader's
         echo = (lambda line, _seconds: print(f"  | {line}", flush=True)) if g.echo else None
@@ -130,8 +131,8 @@ def _identity(path) -> tuple[int, int] | None:
 def seal(solutions: list[str] = ()) -> None:
     """From here on, an import of anything under exercises/ raises ImportError: the modules already loaded leave
     sys.modules (the objects the caller holds keep working), a finder refuses the names, and the repository
-    leaves sys.path; and nothing in the repository can be read but the ``solutions`` being graded and the Python
-    environment (the kernel's refusal where Landlock is available), nor anything under exercises/ by Python's own
+    leaves sys.path; and nothing in the repository can be written, nor read but the ``solutions`` being graded and
+    the Python environment (the kernel's refusal where Landlock is available), nor anything under exercises/ by Python's own
     opens (an audit hook, comparing device and inode, everywhere). Called once the process holds what it needs,
     before the solution is imported."""
     for name in [n for n in sys.modules if n == "exercises" or n.startswith("exercises.")]:
@@ -150,7 +151,7 @@ def seal(solutions: list[str] = ()) -> None:
     sys.addaudithook(refuse_exercises)
     # the environment torch and the solution's imports load from (a .venv inside the repository, say)
     environment = [Path(p) for p in {sys.prefix, sys.exec_prefix, *sys.path} if p]
-    deny_reading(REPO_ROOT, [*map(Path, solutions), *environment])
+    seal_folder(REPO_ROOT, [*map(Path, solutions), *environment])
 
 
 def portable(x):

@@ -1,16 +1,19 @@
-"""Make a folder unreadable to this process and everything it starts: Linux's Landlock (kernel 5.13 and later).
+"""Make a folder unreadable and unwritable to this process and everything it starts: Linux's Landlock (kernel 5.13
+and later).
 
 Landlock lets an unprivileged process give up rights for good; the kernel then checks every open, whatever asks
 for it (Python's open, ctypes calling libc, a C++ extension, a subprocess such as ``cat``), through any path
 (a symbolic link, /proc/self/fd, /proc/PID/root). Its rules only allow, so "everything but one folder" is
 written as: reading is allowed beneath every sibling of each folder on the way from / down to the folder, and
-beneath the few files and folders inside it that stay readable. Only reading is restricted (files and folder
-listings); writing, executing and everything else are untouched, and moving or linking a file out of the folder
-is refused by Landlock itself.
+beneath the few files and folders inside it that stay readable (read only). Reading and writing are restricted
+(files, folder listings, making and removing entries); executing and everything else are untouched, and moving or
+linking a file out of the folder is refused by Landlock itself. The rules bind the thread that seals and every
+thread and process it starts afterwards, not threads that already run: seal before a library starts a pool (the
+grader starts its processes with OPENBLAS_NUM_THREADS=1).
 
 The kernel's interface (the ``landlock_*`` system calls and their structures) is documented in
 https://docs.kernel.org/userspace-api/landlock.html. On another system, or a kernel without Landlock,
-``deny_reading`` returns False and does nothing.
+``seal_folder`` returns False and does nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import struct
 from pathlib import Path
 
 SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446)}  # create_ruleset, add_rule, restrict_self
-READ_FILE, READ_DIR = 1 << 2, 1 << 3  # LANDLOCK_ACCESS_FS_*
+READ_FILE, READ_DIR = 1 << 2, 1 << 3  # LANDLOCK_ACCESS_FS_* (ABI 1)
+READ = READ_FILE | READ_DIR
+WRITE = (1 << 1) | sum(1 << bit for bit in range(4, 13))  # write a file; remove a folder or file; make any entry
+FILE_RIGHTS = READ_FILE | (1 << 1)  # the only rights a rule on a file may carry (with execute, not handled here)
 RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 
@@ -36,9 +42,9 @@ def available() -> bool:
     return ctypes.CDLL(None, use_errno=True).syscall(calls[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1)) > 0
 
 
-def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
-    """From now on, this thread and the processes it starts cannot read anything beneath ``folder`` but the
-    ``readable`` files and folders in it. True when the kernel enforces it; False, with nothing changed, where
+def seal_folder(folder: Path, readable: list[Path] = ()) -> bool:
+    """From now on, this thread and the threads and processes it starts can neither read nor write anything
+    beneath ``folder`` but read the ``readable`` files and folders in it. True when the kernel enforces it; False, with nothing changed, where
     Landlock is not available or a rule cannot be made (a folder on the way that cannot be listed): never half a
     ruleset."""
     calls = SYSCALLS.get(platform.machine())
@@ -46,7 +52,7 @@ def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
         return False
     create, add_rule, restrict = calls
     libc = ctypes.CDLL(None, use_errno=True)
-    handled = READ_FILE | READ_DIR
+    handled = READ | WRITE
     attr = ctypes.create_string_buffer(struct.pack("=Q", handled))  # struct landlock_ruleset_attr, ABI 1's part
     ruleset = libc.syscall(create, attr, ctypes.c_size_t(len(attr.raw)), ctypes.c_uint32(0))
     if ruleset < 0:
@@ -61,7 +67,7 @@ def deny_reading(folder: Path, readable: list[Path] = ()) -> bool:
                 if Path(entry.path) != keep:
                     _allow(libc, add_rule, ruleset, Path(entry.path), handled)
         for path in beneath:
-            _allow(libc, add_rule, ruleset, path, handled)
+            _allow(libc, add_rule, ruleset, path, READ)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(restrict, ruleset, ctypes.c_uint32(0)):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
     except OSError:
@@ -82,7 +88,7 @@ def _allow(libc, add_rule: int, ruleset: int, path: Path, access: int) -> None:
         if stat.S_ISLNK(mode):
             return  # what it points to is allowed, or not, where it lives
         if not stat.S_ISDIR(mode):
-            access &= READ_FILE  # a folder right on a file is refused (EINVAL)
+            access &= FILE_RIGHTS  # a folder right on a file is refused (EINVAL)
         if access:
             rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd))  # landlock_path_beneath_attr, packed
             if libc.syscall(add_rule, ruleset, RULE_PATH_BENEATH, rule, ctypes.c_uint32(0)) != 0:

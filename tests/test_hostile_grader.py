@@ -140,6 +140,28 @@ def test_the_kernel_refuses_the_reference_to_code_no_audit_hook_sees(tmp_path, h
     assert "PASS" not in done.stdout and "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
 
 
+@pytest.mark.skipif(not landlock_available(), reason="this kernel has no Landlock (see above)")
+@pytest.mark.parametrize("name", ["layer_norm", "ring_all_reduce"])
+def test_every_thread_is_sealed_and_nothing_in_the_repository_can_be_written(tmp_path, name):
+    """Landlock binds the thread that seals and what it starts, not threads already running (a BLAS pool started
+    at import could read the reference through a signal handler); and a solution that could write in the
+    repository could leave a forged .pyc of the grader for the next grading."""
+    report, forged = tmp_path / "threads.txt", REPO / "exercises" / "forged-by-a-solution.txt"
+    source = (f"import os\nunsealed = sum('NoNewPrivs:\\t0' in open(f'/proc/self/task/{{t}}/status').read()\n"
+              f"               for t in os.listdir('/proc/self/task'))\n"
+              f"open({str(report)!r}, 'a').write(f'{{unsealed}}\\n')\n"
+              f"try:\n    open({str(forged)!r}, 'w').write('x')\nexcept OSError:\n    pass\n"
+              f"def {name}(*args, **kwargs):\n    raise RuntimeError('no')\n")
+    try:
+        done = grade(tmp_path, source, name=name)
+        assert done.returncode == 1 and "ALL CHECKS PASSED" not in done.stdout, done.stdout + done.stderr
+        assert not forged.exists()
+        counts = report.read_text().split()
+        assert counts and set(counts) == {"0"}, counts  # every process that imported it: no unsealed thread
+    finally:
+        forged.unlink(missing_ok=True)
+
+
 def test_the_reference_itself_still_grades(tmp_path):
     done = subprocess.run([sys.executable, "-m", "exercises", "layer_norm", "--solution", str(REFERENCE), "--device",
                            "cpu", "--seed", "0"], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD_S)
