@@ -31,24 +31,38 @@ class DatasheetError(ValueError):
 
 
 PEAKS = ("memory_gbps", "host_link_gbps", "nvlink_gbps")  # GB/s; and tflops / tops tables
+TEXT = ("label", "kind", "name", "source", "memory", "interconnect", "power_note")
+SIZES = ("memory_gb", "power_w")  # finite positive numbers too, not bounds
+# read by name as modules load (demos/common/cluster_config.py, cluster_validation.py, collectives.py): a missing
+# one would be a traceback in every command that imports them
+REQUIRED = {"h100": ("memory_gb", "nvlink_gbps", "tflops.bfloat16"),
+            "a100": ("memory_gb", "nvlink_gbps", "tflops.bfloat16")}
 MARKUP = ("<", ">", "$", "{{", "}}", "`")
 
 
 def problems(entries: dict) -> list[str]:
     """Why the datasheet entries cannot serve as the gate's bounds: every peak a finite positive number (a nan
     peak bounds nothing: every comparison with it is false), every entry a plain-text label and a source."""
-    found = []
+    found = [f"[{name}]: missing; the code reads it by name" for name in REQUIRED if name not in entries]
     for name, entry in entries.items():
         if not isinstance(entry, dict):
             found.append(f"[{name}]: not a table of figures")
             continue
+        known = {*PEAKS, *TEXT, *SIZES, "tflops", "tops"}
+        found += [f"[{name}] {key}: not a field of a datasheet entry ({', '.join(sorted(known))})"
+                  for key in entry if key not in known][:1]
+        found += [f"[{name}] {key}: must be text" for key in TEXT if key in entry and not isinstance(entry[key], str)]
+        for field in REQUIRED.get(name, ()):
+            table, _, dtype = field.partition(".")
+            if table not in entry or (dtype and dtype not in (entry[table] if isinstance(entry[table], dict) else {})):
+                found.append(f"[{name}] {field}: missing; the code reads it by name")
         label = entry.get("label")
         if not isinstance(label, str) or not label.strip() or any(m in label for m in MARKUP) \
                 or not label.isprintable():
             found.append(f"[{name}] label: {label!r} must be plain text (no markup, $ or control characters)")
         if not isinstance(entry.get("source"), str) or not entry["source"].strip():
             found.append(f"[{name}] source: missing; every figure cites where it was published")
-        peaks = {key: entry[key] for key in PEAKS if key in entry}
+        peaks = {key: entry[key] for key in (*PEAKS, *SIZES) if key in entry}
         for table in ("tflops", "tops"):
             if not isinstance(entry.get(table, {}), dict):
                 found.append(f"[{name}] {table}: must be a table of dtype = peak")
@@ -59,8 +73,16 @@ def problems(entries: dict) -> list[str]:
         for key, value in peaks.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e100 \
                     or not math.isfinite(value):  # an int of 400 digits overflows isfinite; no peak is near 1e100
-                found.append(f"[{name}] {key}: {repr(value)[:40]} is not a finite positive number")
+                found.append(f"[{name}] {key}: {_shown(value)} is not a finite positive number")
     return found
+
+
+def _shown(value) -> str:
+    """A value in a one-line error: its repr cut to 40 characters (an integer beyond 4,300 digits has none)."""
+    try:
+        return repr(value)[:40]
+    except ValueError:
+        return f"an integer of {value.bit_length():,} bits"
 
 
 def load(root: Path = REPO_ROOT) -> dict[str, dict]:

@@ -22,6 +22,8 @@ import yaml
 from records import catalog, datasheets, devices, gpu_set, plausibility, record
 from records.errors import OneLineParser
 from records.paths import REPO_ROOT, RESULTS_DIR
+
+datasheets.require()  # the website's modules read it as they load: a bad entry is one line, not a traceback
 from website.claims import MARGIN_RULE, judge, known_device, margin, target_devices, timing_based
 from website import page_safety
 from website.markers import MARKER, MarkerError, find, strays, transform_outside_code

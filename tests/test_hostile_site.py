@@ -120,7 +120,7 @@ def test_a_byte_order_mark_hides_no_include_and_no_front_matter(tmp_path):
     ('status: "new"', "key 'status' is not one the site reads"),
     ('icon: "anything"', "key 'icon' is not one the site reads"),  # a template name: the build's traceback
     ('title: "\\u003cimg src=x \\u006fnerror=alert(1)\\u003e"', "front matter: title"),
-    ('tags: [ok, "\\u003cb\\u003ebold\\u003c/b\\u003e"]', "front matter tag: title"),
+    ('tags: [ok, "\\u003cb\\u003ebold\\u003c/b\\u003e"]', "front matter: tag"),
     ('cheat: "\\u003cimg src=x \\u006fnerror=alert(1)\\u003e"', "docs/topics/t.md: front matter: raw HTML"),
 ])
 def test_front_matter_holds_only_what_the_site_reads_and_no_script(tmp_path, front, expected):
@@ -140,6 +140,45 @@ def test_front_matter_is_read_as_mkdocs_reads_it(tmp_path, page):
     """The check once knew only '---' lines exactly; MkDocs also takes '--- ', '...' and 'Key: value' lines."""
     found = page_safety.problems(scratch_site(tmp_path, page))
     assert any("front matter key" in p and "is not one the site reads" in p for p in found), found
+
+
+@pytest.mark.parametrize("front, expected", [
+    ("difficulty: !!binary PGltZyBzcmM9eCBvbmVycm9yPWFsZXJ0KDEpPg==", "front matter holds a bytes value"),
+    ("title: T\nreviewed: 2026-11-29", "key 'reviewed' is not one"),
+    ("tags: [2026-11-29]", "front matter holds a date value"),
+    ("difficulty: '<b>hard</b>'", "front matter: difficulty '<b>hard</b>' holds markup"),  # the hook makes it a tag: printed raw
+])
+def test_front_matter_values_are_plain_text_numbers_and_lists(tmp_path, front, expected):
+    root = scratch_site(tmp_path)
+    (root / "docs" / "topics" / "sub").mkdir()  # any page, not only a topic page the check reads as one
+    (root / "docs" / "topics" / "sub" / "notes.md").write_text(f"---\n{front}\n---\n# Notes\n")
+    found = page_safety.problems(root)
+    assert any(p.startswith("docs/topics/sub/notes.md") and expected in p for p in found), found
+
+
+def test_a_file_name_a_page_address_would_carry_into_markup_is_refused(tmp_path):
+    """An exercise page's file name became a practice card's link, written into innerHTML."""
+    root = scratch_site(tmp_path)
+    (root / "docs" / "exercises").mkdir()
+    (root / "docs" / "exercises" / 'x"><img src=x onerror=alert(1)>.md').write_text("---\ntitle: X\n---\n# X\n")
+    assert any("a file name holds characters" in p for p in page_safety.problems(root)), page_safety.problems(root)
+
+
+def test_a_hard_linked_file_anywhere_in_docs_is_refused(tmp_path):
+    root = scratch_site(tmp_path / "repo")
+    outside = tmp_path / "hostname"
+    outside.write_text("vm\n")
+    (root / "docs" / "assets").mkdir()
+    os.link(outside, root / "docs" / "assets" / "host.txt")  # published as is, never included
+    found = page_safety.problems(root)
+    assert any(p.startswith("docs/assets/host.txt: has other hard links") for p in found), found
+
+
+def test_the_snippets_base_path_in_mkdocs_yml_is_the_checked_one(tmp_path):
+    yml = ("site_name: x\nmarkdown_extensions:\n  - pymdownx.snippets:\n"
+           "      base_path: [/etc/xdg/pip, docs/includes, exercises]\n")
+    found = page_safety.problems(scratch_site(tmp_path, mkdocs_yml=yml))
+    assert any(p.startswith("mkdocs.yml: pymdownx.snippets must have base_path") for p in found), found
 
 
 @pytest.mark.parametrize("name", ["assets/evil.xht", "assets/evil.xsl", "assets/evil.mht", "CNAME"])
@@ -373,7 +412,11 @@ def test_a_datasheet_with_a_nan_peak_stops_the_check_in_one_line(tmp_path, monke
     (lambda data: data + b"\xff", "not valid TOML (UnicodeDecodeError"),
     (lambda data: data + b"deep = " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid TOML (RecursionError"),
     (None, "cannot be read (No such file or directory)"),
-], ids=["10**400", "5000 digits", "not utf-8", "deep", "missing"])
+    (lambda data: data.replace(b"memory_gbps = 3350.0", b"memory_gbps = 0x" + b"f" * 4000, 1), "an integer of"),
+    (lambda data: data.replace(b"memory_gb = 80\n", b"memory_gb = \"eighty\"\n", 1), "memory_gb: 'eighty' is not"),
+    (lambda data: data.replace(b"[h100]", b"[h100x]", 1), "[h100]: missing; the code reads it by name"),
+    (lambda data: data.replace(b"[cpu]\n", b"[cpu]\nreviewed = 2026-11-29\n", 1), "reviewed: not a field"),
+], ids=["10**400", "5000 digits", "not utf-8", "deep", "missing", "hex digits", "text size", "no h100", "a date"])
 def test_a_datasheet_file_that_cannot_be_read_is_one_line(tmp_path, spoil, says):
     (tmp_path / "records").mkdir()
     if spoil is not None:

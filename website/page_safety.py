@@ -32,12 +32,14 @@ from pathlib import Path
 import yaml
 
 from records.paths import REPO_ROOT
+from records.errors import quoted
 from website.markers import MARKUP
 
 INCLUDE_BASES = ("docs/includes", "exercises")  # mkdocs.yml: pymdownx.snippets base_path, in this order
 PUBLISHED_TREES = ("docs", "exercises", "overrides")
 SNIPPET_LINE = re.compile(r"[ \t]*-+8<-+")  # a line pymdownx.snippets reads as an include (`;--8<--` is escaped text)
 ALLOWED_INCLUDE = re.compile(r'\s*--8<-- "([A-Za-z0-9_][A-Za-z0-9_.\-/]*)"\s*')
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-]*")  # a file or folder name under a published tree
 ONE_LINE_INCLUDE = re.compile(r'\s*--8<-- "([^"]*)"\s*')  # the form, whatever the path holds
 # the front-matter keys the site reads: topic pages (website/site_pages.py), exercises (sketch), home (hide)
 FRONT_MATTER_KEYS = ("title", "topic", "difficulty", "tags", "demos", "cheat", "sketch", "hide")
@@ -178,7 +180,9 @@ def include_problems(text: str, where: str, root: Path = REPO_ROOT, seen: set | 
 
 
 def link_problems(root: Path = REPO_ROOT) -> list[str]:
-    """Every symbolic link in the folders the site publishes or includes from."""
+    """Every symbolic link, file with other hard links (ln /etc/hostname docs/assets/x.txt publishes it; git never
+    makes one) and file name a URL would carry into a page's markup, in the folders the site publishes or includes
+    from."""
     found = []
     for tree in PUBLISHED_TREES:
         if (root / tree).is_symlink():  # os.walk would follow it: everything under it comes from elsewhere
@@ -188,19 +192,25 @@ def link_problems(root: Path = REPO_ROOT) -> list[str]:
         for folder, dirs, files in os.walk(root / tree):  # os.walk never descends into a linked folder
             for name in sorted(dirs + files):
                 path = Path(folder) / name
+                where = path.relative_to(root).as_posix()
                 if path.is_symlink():
-                    found.append(f"{path.relative_to(root).as_posix()}: a symbolic link; the site publishes and "
-                                 "includes regular files only (replace it with the file itself)")
+                    found.append(f"{where}: a symbolic link; the site publishes and includes regular files only "
+                                 "(replace it with the file itself)")
+                elif name in files and os.lstat(path).st_nlink > 1:
+                    found.append(f"{where}: has other hard links (it may be a file from outside the repository)")
+                if not PLAIN_NAME.fullmatch(name):
+                    found.append(f"{quoted(where)}: a file name holds characters other than letters, digits, '_', "
+                                 "'.' and '-' (a page's address carries it into links and markup)")
     return sorted(found)
 
 
-def title_problems(title, where: str) -> list[str]:
-    """A title the theme writes unescaped (navigation, page heading): plain text only."""
+def title_problems(title, where: str, what: str = "title") -> list[str]:
+    """A title (or a tag, a difficulty) the theme writes unescaped (navigation, page heading, tags): plain text."""
     if not isinstance(title, str):
-        return [f"{where}: the title must be text, got {type(title).__name__}"]
+        return [f"{where}: the {what} must be text, got {type(title).__name__}"]
     if MARKUP.search(title) or any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in title):
-        return [f"{where}: title {title[:60]!r} holds markup or control characters (< > [ ] {{ }} ` \\ or a line "
-                "break); titles are plain text"]
+        return [f"{where}: {what} {title[:60]!r} holds markup or control characters (< > [ ] {{ }} ` \\ or a line "
+                f"break); a {what} is plain text"]
     return []
 
 
@@ -215,12 +225,26 @@ def front_matter_problems(meta: dict, where: str) -> list[str]:
     found = [f"{where}: front matter key {str(key)[:40]!r} is not one the site reads ({', '.join(FRONT_MATTER_KEYS)}; "
              "MkDocs also takes a page's first 'key: value' lines for front matter)"
              for key in meta if key not in FRONT_MATTER_KEYS][:1]
-    if "title" in meta:
-        found += title_problems(meta["title"], f"{where}: front matter")
-    tags = meta.get("tags", [])
-    for tag in tags if isinstance(tags, list) else [tags]:
-        found += title_problems(tag, f"{where}: front matter tag")
+    odd = [value for value in _values(meta) if not isinstance(value, (str, int, float, bool, list, dict, type(None)))]
+    if odd:  # !!binary gives bytes, a bare date a date: neither is scanned as text, and the theme prints them
+        found.append(f"{where}: front matter holds a {type(odd[0]).__name__} value; use text, numbers and lists")
+    for key in ("title", "topic", "difficulty"):  # the theme and the tags (difficulty becomes one) print them raw
+        if key in meta:
+            found += title_problems(meta[key], f"{where}: front matter", key)
+    for key in ("tags", "demos"):
+        items = meta.get(key, [])
+        for item in items if isinstance(items, list) else [items]:
+            found += title_problems(item, f"{where}: front matter", key[:-1])
     return found + script_problems("\n".join(_strings(meta)), f"{where}: front matter")
+
+
+def _values(node) -> list:
+    """Every leaf value of parsed YAML, keys included."""
+    if isinstance(node, dict):
+        return [v for k, value in node.items() for v in [*_values(k), *_values(value)]]
+    if isinstance(node, list):
+        return [v for item in node for v in _values(item)]
+    return [node]
 
 
 def nav_titles(node) -> list[str]:
@@ -259,6 +283,12 @@ def problems(root: Path = REPO_ROOT) -> list[str]:
                                             *_strings(config)]), "mkdocs.yml")
         for title in nav_titles(config.get("nav", [])):
             found += title_problems(title, "mkdocs.yml: nav")
+        snippets = [e["pymdownx.snippets"] for e in config.get("markdown_extensions", [])
+                    if isinstance(e, dict) and "pymdownx.snippets" in e]
+        if snippets and (not isinstance(snippets[0], dict) or snippets[0].get("base_path") != list(INCLUDE_BASES)
+                         or snippets[0].get("url_download")):
+            found.append(f"mkdocs.yml: pymdownx.snippets must have base_path {list(INCLUDE_BASES)} and no "
+                         "url_download (this check allows includes from those folders only)")
     docs = root / "docs"
     for path in sorted([*docs.rglob("*"), *(root / "exercises").rglob("*")]):
         if path.is_symlink() or not path.is_file():
