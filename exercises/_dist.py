@@ -222,12 +222,20 @@ def report(g, per_world: dict) -> None:
 
 @contextlib.contextmanager
 def only_point_to_point():
-    """Inside: every collective of torch.distributed raises, and sends are counted (elements per rank)."""
+    """Inside: every collective raises, and sends are counted (elements per rank). Both where a solution calls them
+    (torch.distributed's functions, by name in the message) and on the process group class every Python call goes
+    through (torch.distributed.distributed_c10d.all_reduce, or group.allreduce, is the same collective)."""
     import torch.distributed as dist
+    from torch._C._distributed_c10d import ProcessGroup
 
     banned = ["all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
               "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter", "all_reduce_coalesced"]
-    saved = {name: getattr(dist, name) for name in banned + ["send", "isend"] if hasattr(dist, name)}
+    group_banned = [m for m in dir(ProcessGroup) if not m.startswith("_") and callable(getattr(ProcessGroup, m))
+                    and m.startswith(("all", "reduce", "broadcast", "gather", "scatter"))]
+    saved = {name: getattr(dist, name) for name in banned if hasattr(dist, name)}
+    # the class's own entries (an inherited one is deleted again): what getattr returns would not restore it
+    group_saved = {name: ProcessGroup.__dict__.get(name) for name in [*group_banned, "send"]}
+    original_send = ProcessGroup.send
     counter = {"elements": 0, "collectives": []}
 
     def ban(name):
@@ -236,18 +244,22 @@ def only_point_to_point():
             raise RuntimeError(f"dist.{name} was called: this exercise allows only send/recv (isend/irecv)")
         return refused
 
-    def counted(fn):
-        def send(tensor, *args, **kwargs):
-            counter["elements"] += tensor.numel()
-            return fn(tensor, *args, **kwargs)
-        return send
+    def send(group, tensors, *args, **kwargs):  # dist.send and dist.isend both end here
+        counter["elements"] += sum(t.numel() for t in tensors)
+        return original_send(group, tensors, *args, **kwargs)
 
-    for name in banned:
-        if name in saved:
-            setattr(dist, name, ban(name))
-    dist.send, dist.isend = counted(saved["send"]), counted(saved["isend"])
+    for name, fn in saved.items():
+        setattr(dist, name, ban(name))
+    for name in group_banned:
+        setattr(ProcessGroup, name, ban(name))
+    ProcessGroup.send = send
     try:
         yield counter
     finally:
         for name, fn in saved.items():
             setattr(dist, name, fn)
+        for name, fn in group_saved.items():
+            if fn is None:
+                delattr(ProcessGroup, name)
+            else:
+                setattr(ProcessGroup, name, fn)

@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 
 from exercises._grading import REPO_ROOT, SolutionRaised, SolutionStopped, describe, load_solution, where
-from exercises._sandbox import seal_folder
+from exercises._sandbox import seal_folders
 
 STOPPED_NOTE = "stopped.txt"  # the child's one line when the solution ended it (SystemExit and the like)
 OUTPUTS = "outputs.pt"
@@ -132,9 +132,9 @@ def seal(solutions: list[str] = ()) -> None:
     """From here on, an import of anything under exercises/ raises ImportError: the modules already loaded leave
     sys.modules (the objects the caller holds keep working), a finder refuses the names, and the repository
     leaves sys.path; and nothing in the repository can be written, nor read but the ``solutions`` being graded and
-    the Python environment (the kernel's refusal where Landlock is available), nor anything under exercises/ by Python's own
-    opens (an audit hook, comparing device and inode, everywhere). Called once the process holds what it needs,
-    before the solution is imported."""
+    the Python environment (the kernel's refusal where Landlock is available), nor anything under exercises/ by
+    Python's own opens (an audit hook, comparing device and inode, everywhere). Called once the process holds what
+    it needs, before the solution is imported."""
     for name in [n for n in sys.modules if n == "exercises" or n.startswith("exercises.")]:
         del sys.modules[name]
     sys.meta_path.insert(0, RefuseExercises())
@@ -149,9 +149,11 @@ def seal(solutions: list[str] = ()) -> None:
                                   "without the reference solutions and the grader")
 
     sys.addaudithook(refuse_exercises)
-    # the environment torch and the solution's imports load from (a .venv inside the repository, say)
-    environment = [Path(p) for p in {sys.prefix, sys.exec_prefix, *sys.path} if p]
-    seal_folder(REPO_ROOT, [*map(Path, solutions), *environment])
+    # the Python environment the solution's imports load from, read only: a .pth or sitecustomize.py written
+    # there would run in every later grading (the working folder, the child's own temp folder, stays writable)
+    environment = [Path(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path}
+                   if p and Path(p).is_dir() and Path(p).resolve() != Path.cwd().resolve()]
+    seal_folders([REPO_ROOT, *environment], [*map(Path, solutions), *environment])
 
 
 def portable(x):

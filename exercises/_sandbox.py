@@ -1,19 +1,18 @@
-"""Make a folder unreadable and unwritable to this process and everything it starts: Linux's Landlock (kernel 5.13
-and later).
+"""Seal folders from this process and everything it starts: Linux's Landlock (kernel 5.13 and later).
 
 Landlock lets an unprivileged process give up rights for good; the kernel then checks every open, whatever asks
 for it (Python's open, ctypes calling libc, a C++ extension, a subprocess such as ``cat``), through any path
-(a symbolic link, /proc/self/fd, /proc/PID/root). Its rules only allow, so "everything but one folder" is
-written as: reading is allowed beneath every sibling of each folder on the way from / down to the folder, and
-beneath the few files and folders inside it that stay readable (read only). Reading and writing are restricted
-(files, folder listings, making and removing entries); executing and everything else are untouched, and moving or
-linking a file out of the folder is refused by Landlock itself. The rules bind the thread that seals and every
-thread and process it starts afterwards, not threads that already run: seal before a library starts a pool (the
-grader starts its processes with OPENBLAS_NUM_THREADS=1).
+(a symbolic link, /proc/self/fd, /proc/PID/root). Its rules only allow, so "everything but these folders" is
+written as: reading and writing are allowed beneath every other entry of each folder on the way from / down to a
+sealed folder, and reading beneath the few files and folders inside them that stay readable. Reading and writing
+are restricted (files, folder listings, making and removing entries); executing and everything else are
+untouched, and moving or linking a file out of a sealed folder is refused by Landlock itself. The rules bind the
+thread that seals and every thread and process it starts afterwards, not threads that already run: seal before a
+library starts a pool (the grader starts its processes with OPENBLAS_NUM_THREADS=1).
 
 The kernel's interface (the ``landlock_*`` system calls and their structures) is documented in
 https://docs.kernel.org/userspace-api/landlock.html. On another system, or a kernel without Landlock,
-``seal_folder`` returns False and does nothing.
+``seal_folders`` returns False and does nothing.
 """
 
 from __future__ import annotations
@@ -42,11 +41,11 @@ def available() -> bool:
     return ctypes.CDLL(None, use_errno=True).syscall(calls[0], None, ctypes.c_size_t(0), ctypes.c_uint32(1)) > 0
 
 
-def seal_folder(folder: Path, readable: list[Path] = ()) -> bool:
+def seal_folders(folders: list[Path], readable: list[Path] = ()) -> bool:
     """From now on, this thread and the threads and processes it starts can neither read nor write anything
-    beneath ``folder`` but read the ``readable`` files and folders in it. True when the kernel enforces it; False, with nothing changed, where
-    Landlock is not available or a rule cannot be made (a folder on the way that cannot be listed): never half a
-    ruleset."""
+    beneath the ``folders`` but read the ``readable`` files and folders in them. True when the kernel enforces it;
+    False, with nothing changed, where Landlock is not available or a rule cannot be made (a folder on the way that
+    cannot be listed): never half a ruleset."""
     calls = SYSCALLS.get(platform.machine())
     if platform.system() != "Linux" or calls is None:
         return False
@@ -58,16 +57,17 @@ def seal_folder(folder: Path, readable: list[Path] = ()) -> bool:
     if ruleset < 0:
         return False  # ENOSYS or EOPNOTSUPP: no Landlock in this kernel
     try:
-        folder = folder.resolve()
-        allowed = [p.resolve() for p in readable]
-        beneath = [p for p in allowed if folder in p.parents]
-        # every sibling on the way down, then the readable files themselves
-        for parent, keep in zip([folder, *folder.parents][:0:-1], [folder, *folder.parents][-2::-1]):
+        sealed = {folder.resolve() for folder in folders}
+        inside = lambda path: any(folder == path or folder in path.parents for folder in sealed)  # noqa: E731
+        on_the_way = {parent for folder in sealed for parent in folder.parents if not inside(parent)}
+        # every entry of a folder on the way down that is neither on the way nor sealed, then the readable paths
+        for parent in on_the_way:
             for entry in os.scandir(parent):
-                if Path(entry.path) != keep:
+                if Path(entry.path) not in on_the_way | sealed:
                     _allow(libc, add_rule, ruleset, Path(entry.path), handled)
-        for path in beneath:
-            _allow(libc, add_rule, ruleset, path, READ)
+        for path in {p.resolve() for p in readable}:
+            if inside(path):
+                _allow(libc, add_rule, ruleset, path, READ)
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(restrict, ruleset, ctypes.c_uint32(0)):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
     except OSError:

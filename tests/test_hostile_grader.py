@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -147,19 +148,23 @@ def test_every_thread_is_sealed_and_nothing_in_the_repository_can_be_written(tmp
     at import could read the reference through a signal handler); and a solution that could write in the
     repository could leave a forged .pyc of the grader for the next grading."""
     report, forged = tmp_path / "threads.txt", REPO / "exercises" / "forged-by-a-solution.txt"
+    # a .pth or sitecustomize.py in the Python environment would run in every later grading
+    environment_file = Path(sysconfig.get_paths()["purelib"]) / "forged_by_a_solution.pth"
     source = (f"import os\nunsealed = sum('NoNewPrivs:\\t0' in open(f'/proc/self/task/{{t}}/status').read()\n"
               f"               for t in os.listdir('/proc/self/task'))\n"
               f"open({str(report)!r}, 'a').write(f'{{unsealed}}\\n')\n"
-              f"try:\n    open({str(forged)!r}, 'w').write('x')\nexcept OSError:\n    pass\n"
+              f"for path in ({str(forged)!r}, {str(environment_file)!r}):\n    try:\n"
+              f"        open(path, 'w').write('x')\n    except OSError:\n        pass\n"
               f"def {name}(*args, **kwargs):\n    raise RuntimeError('no')\n")
     try:
         done = grade(tmp_path, source, name=name)
         assert done.returncode == 1 and "ALL CHECKS PASSED" not in done.stdout, done.stdout + done.stderr
-        assert not forged.exists()
+        assert not forged.exists() and not environment_file.exists()
         counts = report.read_text().split()
         assert counts and set(counts) == {"0"}, counts  # every process that imported it: no unsealed thread
     finally:
         forged.unlink(missing_ok=True)
+        environment_file.unlink(missing_ok=True)
 
 
 def test_the_reference_itself_still_grades(tmp_path):
@@ -287,6 +292,16 @@ def test_ranks_cannot_read_the_reference_in_c_either(tmp_path):
     done = grade(tmp_path, source, name="ring_all_reduce")
     assert_failed(done, "load and run the solution: rank 0: raised")
     assert "PASS" not in done.stdout
+
+
+@pytest.mark.parametrize("call", ["torch.distributed.distributed_c10d.all_reduce(t)",
+                                  "torch.distributed.group.WORLD.allreduce([t]).wait()"])
+def test_a_collective_by_another_name_is_still_a_collective(tmp_path, call):
+    """The ban once replaced torch.distributed's names only: the same all-reduce through distributed_c10d, or
+    the process group's own method, passed every check."""
+    source = f"import torch.distributed\ndef ring_all_reduce(t):\n    {call}\n    return t\n"
+    done = grade(tmp_path, source, name="ring_all_reduce")
+    assert_failed(done, "only send/recv (no collective): rank 0: called dist.allreduce")
 
 
 @pytest.mark.parametrize("source, says", [
