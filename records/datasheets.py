@@ -70,6 +70,8 @@ def problems(entries: dict) -> list[str]:
             peaks |= {f"{table}.{dtype}": v for dtype, v in entry.get(table, {}).items()}
         if "memory_gbps" not in entry:
             found.append(f"[{name}] memory_gbps: missing; every device bounds its memory bandwidth")
+        if "tflops" not in entry:  # the cheat sheet's machine balance reads it (an NPU's is empty: tops only)
+            found.append(f"[{name}] tflops: missing; every device gives its floating-point peaks, {{}} for none")
         for key, value in peaks.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e100 \
                     or not math.isfinite(value):  # an int of 400 digits overflows isfinite; no peak is near 1e100

@@ -28,8 +28,12 @@ def _tree(root):
         "demos/topic/other.py": "UNRELATED = 1\n",
         "demos/topic/demo.py": "import torch\nfrom demos.topic import shared\nfrom demos.harness.timing import X\n",
         "records/__init__.py": "",
-        "records/datasheets.toml": "[cpu]\nlabel = 'CPU'\nmemory_gbps = 2000.0\nsource = 'a bound'\n"
-                                   "[h100]\nlabel = 'H100'\nmemory_gbps = 3350.0\nsource = 'datasheet'\n",
+        # the smallest valid datasheet: the entries and fields the code reads by name (records/datasheets.py)
+        "records/datasheets.toml": "[cpu]\nlabel = 'CPU'\nmemory_gbps = 2000.0\ntflops = {}\nsource = 'a bound'\n"
+                                   "[h100]\nlabel = 'H100'\nmemory_gbps = 3350.0\nmemory_gb = 80\nnvlink_gbps = 450.0\n"
+                                   "tflops = { bfloat16 = 989.4 }\nsource = 'datasheet'\n"
+                                   "[a100]\nlabel = 'A100'\nmemory_gbps = 2039.0\nmemory_gb = 80\nnvlink_gbps = 300.0\n"
+                                   "tflops = { bfloat16 = 312.0 }\nsource = 'datasheet'\n",
         "docs/results/kernel/cpu.json": '{"demo": "kernel", "metrics": {"x": {"value": 1}}, "source_digest": "a"}',
     }
     for name, text in files.items():

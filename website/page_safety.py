@@ -44,7 +44,8 @@ ONE_LINE_INCLUDE = re.compile(r'\s*--8<-- "([^"]*)"\s*')  # the form, whatever t
 # the front-matter keys the site reads: topic pages (website/site_pages.py), exercises (sketch), home (hide)
 FRONT_MATTER_KEYS = ("title", "topic", "difficulty", "tags", "demos", "cheat", "sketch", "hide")
 SCRIPT = re.compile(
-    r"<\s*/?\s*(script|iframe|frame|object|embed|base|applet)\b"  # tags that run or load something
+    # tags that run or load something, in any XML namespace too (<svg:script>)
+    r"<\s*/?\s*(?:[\w.-]+:)?(script|iframe|frame|object|embed|base|applet)\b"
     r"|\bon[a-z]{3,}\s*="  # an event handler attribute: onerror=, onload=, onclick= (also in {: ... }), any value
     r"|\bhttp-equiv\s*=\s*[\"']?refresh"  # a redirect
     r"|\b(srcdoc|formaction|action)\s*=", re.I)
@@ -83,6 +84,7 @@ class _HtmlScan(HTMLParser):
         self.scripts_allowed, self.found = scripts_allowed, []
 
     def handle_starttag(self, tag, attrs):
+        tag = tag.rpartition(":")[2]  # <svg:script> is a script in an XML namespace
         data_only = tag == "script" and dict(attrs).get("type") == "application/json"  # a browser never runs it
         if (tag == "script" and not self.scripts_allowed and not data_only) or tag in self.TAGS:
             self.found.append(f"<{tag}>")
