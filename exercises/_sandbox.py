@@ -46,16 +46,15 @@ def seal_folders(folders: list[Path], readable: list[Path] = ()) -> bool:
     beneath the ``folders`` but read the ``readable`` files and folders in them. True when the kernel enforces it;
     False, with nothing changed, where Landlock is not available or a rule cannot be made (a folder on the way that
     cannot be listed): never half a ruleset."""
-    calls = SYSCALLS.get(platform.machine())
-    if platform.system() != "Linux" or calls is None:
-        return False
-    create, add_rule, restrict = calls
+    if not available():
+        return False  # another system, or no Landlock in this kernel
+    create, add_rule, restrict = SYSCALLS[platform.machine()]
     libc = ctypes.CDLL(None, use_errno=True)
     handled = READ | WRITE
     attr = ctypes.create_string_buffer(struct.pack("=Q", handled))  # struct landlock_ruleset_attr, ABI 1's part
     ruleset = libc.syscall(create, attr, ctypes.c_size_t(len(attr.raw)), ctypes.c_uint32(0))
     if ruleset < 0:
-        return False  # ENOSYS or EOPNOTSUPP: no Landlock in this kernel
+        return False  # the kernel refused a ruleset: nothing changed
     try:
         sealed = {folder.resolve() for folder in folders}
         inside = lambda path: any(folder == path or folder in path.parents for folder in sealed)  # noqa: E731

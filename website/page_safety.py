@@ -260,11 +260,7 @@ def nav_titles(node) -> list[str]:
 
 def _strings(node) -> list[str]:
     """Every string of parsed YAML, keys included (what the theme may write into a page)."""
-    if isinstance(node, dict):
-        return [s for k, v in node.items() for s in [*_strings(k), *_strings(v)]]
-    if isinstance(node, list):
-        return [s for item in node for s in _strings(item)]
-    return [node] if isinstance(node, str) else []
+    return [value for value in _values(node) if isinstance(value, str)]
 
 
 def problems(root: Path = REPO_ROOT) -> list[str]:
