@@ -103,7 +103,7 @@ rows, results = [], {}
 for name in VARIANTS:
     set_variant(name)
     model.zero_grad(set_to_none=True)
-    step()  # gradients allocated once, so the peak below is activations + backward work, not gradients
+    step()  # warm: step() frees the gradients and backward makes them again, so the peak below includes them
     peak = peak_bytes(step, dev)
     t = run.time(step)
     results[name] = (peak, t.median_s)
@@ -122,9 +122,10 @@ run.series("tradeoff", f"Checkpointing every layer: {every_peak / base_peak:.0%}
            f"{every_time / base_time:.1f}x the step time", "step time (ms)", "peak memory (MiB)",
            {name: ([seconds * 1e3], [peak / MB]) for name, (peak, seconds) in results.items()})
 # What must hold at any size: both save memory. Their order is a finding, claimed on the page against the
-# record: with few, narrow layers (the tiny test size: four of width 48) every layer and every 2nd layer keep
-# almost the same activations, the peak is set by other buffers, and repeated runs put either one ahead
-# (every layer 0.60-0.70 MiB, every 2nd 0.66-0.76 MiB, none 1.15 MiB in one tiny run after another).
+# record. A peak is the larger of two moments: the activations kept at the start of backward, and late in
+# backward the first layer (checkpointed in both) rebuilt beside nearly all the gradients. With four narrow
+# layers (the tiny test size, width 48) the second moment sets both peaks, and run-to-run variation in the
+# profiler's count decides their order (unrecorded tiny runs: every layer 0.60-0.70 MiB, every 2nd 0.66-0.76).
 every, second = results["every_layer"][0], results["every_2nd"][0]
 run.check("every_layer.saves_memory", every < base_peak and second < base_peak,
           f"peak: every layer {every / MB:.2f} MiB, every 2nd {second / MB:.2f} MiB, none {base_peak / MB:.2f} MiB")
