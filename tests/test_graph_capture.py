@@ -30,7 +30,7 @@ def test_graph_break_counts(tiny_record):
 def test_every_stage_matches_the_reference(tiny_record):
     checks = {c["name"]: c for c in tiny_record["checks"]}
     for name in ("eager.with_breaks", "eager.fixed", "export.module", "export.core_aten", "aot.grads",
-                 "inductor.fixed", "inductor.explicit_breaks"):
+                 "inductor.fixed", "inductor.explicit_breaks", *(f"inductor.cold_{i}" for i in (1, 2, 3, 4))):
         assert checks[name]["max_abs_err"] < 1e-4, checks[name]
     # fullgraph=True raised Dynamo's Unsupported at the first break, and the breaks were found in source order
     refused = checks["dynamo.fullgraph_refuses_breaks"]
@@ -46,6 +46,17 @@ def test_graph_sizes_and_generated_code(tiny_record):
     kernels, library = metric(tiny_record, "inductor.generated_kernels"), metric(tiny_record, "inductor.library_calls")
     assert 1 <= kernels < metric(tiny_record, "eager.ops_launched")
     assert kernels + library < metric(tiny_record, "eager.ops_launched")  # fusion removed launches
+    # three breaks split the fused kernels: more generated kernels over the four graphs than in the one
+    assert metric(tiny_record, "inductor.with_breaks.generated_kernels") > kernels
     assert "cpp_fused" in tiny_record["artifacts"]["inductor_kernel"]
     assert "def call(" in tiny_record["artifacts"]["inductor_wrapper_call"]
     assert "scaled_dot_product_attention" in tiny_record["artifacts"]["export_graph"]
+
+
+def test_cold_compile_times(tiny_record):
+    # each variant's first call was timed cold (Dynamo reset, empty Inductor caches), the best of two
+    one, breaks = metric(tiny_record, "timing.cold_compile_s"), metric(tiny_record, "timing.cold_compile_with_breaks_s")
+    assert one > 0 and breaks > 0
+    assert metric(tiny_record, "timing.cold_compile_breaks_over_one") == pytest.approx(breaks / one)
+    table = next(t for t in tiny_record["tables"] if t["name"] == "timing")
+    assert [row[3] for row in table["rows"]] == ["", round(one, 2), round(breaks, 2)]
