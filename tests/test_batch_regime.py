@@ -24,6 +24,10 @@ def test_knee_is_batch1_time_over_marginal_row_time(tiny):
             assert knee == pytest.approx(m[f"{r}.batch1_ms"]["value"] / row, rel=1e-6)
         else:
             assert knee == 64
+        # a model's crossing, evaluated on two measured times: labelled computed, never as this run's measurement
+        assert tiny["metrics"][f"{r}.knee_batch"]["origin"] == "computed"
+        assert tiny["metrics"][f"{r}.knee_from_ridge"]["origin"] == "computed"
+        assert "origin" not in tiny["metrics"][f"{r}.batch_where_latency_doubles"]  # read off the measured curve
     rows = next(t for t in tiny["tables"] if t["name"] == "sweep")["rows"]
     assert [row[0] for row in rows] == [1, 4, 16, 64]
     # throughput = batch / latency, checked on the plotted series (full precision, not the rounded table)

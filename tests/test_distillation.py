@@ -31,3 +31,4 @@ def test_teacher_student(rec):
     assert m["teacher.off_top_mass.T4"]["value"] > m["teacher.off_top_mass.T1"]["value"]  # temperature softens
     assert m["few_labels.distilled_T4.acc"]["value"] > m["few_labels.alone.acc"]["value"]
     assert m["train_cost.distilled_over_alone"]["value"] > 1
+    assert "in this run" in rec["metrics"]["teacher.train_s"]["label"]  # trained here, not read from the model cache

@@ -25,3 +25,14 @@ def test_qat_recovers(rec):
     assert m["w2_per_channel.qat_gain_min"]["value"] > 0.02
     assert m["w2_per_channel.qat.acc"]["value"] > m["w2_per_channel.finetune_then_ptq.acc"]["value"]
     assert m["w2_per_channel.qat_train_s"]["value"] > 0
+
+
+def test_cost_against_the_original_training_same_run(rec):
+    """QAT's cost is stated against the original training timed in the same run, in steps and in time apart."""
+    m = {k: v["value"] for k, v in rec["metrics"].items()}
+    assert m["base_steps"] == 30 * 19  # 30 epochs of 1,197 images in batches of 64
+    assert m["qat_steps_over_base_steps"] == pytest.approx(m["w2_per_channel.qat_steps"] / m["base_steps"])
+    assert rec["metrics"]["qat_steps_over_base_steps"]["origin"] == "computed"
+    assert m["qat_over_base_train"] == pytest.approx(m["w2_per_channel.qat_train_s"] / m["base_train_s"])
+    assert m["qat_step_over_base_step"] == pytest.approx(m["qat_over_base_train"] / m["qat_steps_over_base_steps"])
+    assert "in this run" in rec["metrics"]["base_train_s"]["label"]

@@ -105,7 +105,10 @@ for r in ("torch", "ort"):
                label=f"{r}: throughput at batch {BATCHES[-1]} over batch 1")
     run.metric(f"{r}.latency_growth", t_max / t1, "x", label=f"{r}: latency at batch {BATCHES[-1]} over batch 1")
     run.metric(f"{r}.row_ms", t_row * 1e3, "ms", label=f"{r}: marginal time per extra row at large batch")
-    run.metric(f"{r}.knee_batch", knee, "rows", label=f"{r}: knee b* = batch-1 time / marginal time per row")
+    # The knee is a model's crossing point evaluated on two measured times, not a point read off the curve:
+    # computed (the curve itself says where latency doubled, below).
+    run.metric(f"{r}.knee_batch", knee, "rows", origin="computed",
+               label=f"{r}: knee b* = batch-1 time / marginal time per row (the roofline-in-batch model's crossing)")
     on_host = r == "ort" and run.device.is_gpu  # then its weights sit in host memory, under the CPU's caches
     resident = (cpu_llc_bytes() or 0) >= weight_bytes if on_host else run.cache_resident(weight_bytes)
     # On a GPU, PyTorch's batch-1 rate is also a fraction of the same-run copy ceiling (both stream device memory;
@@ -118,7 +121,7 @@ for r in ("torch", "ort"):
     # The roofline's prediction from two of the same measurements: twice the model's own ridge point, its FLOP
     # rate at the largest batch over its weight bandwidth at batch 1 (FP32 weights: b/2 FLOP per byte at batch b).
     own_ridge = (flops_per_sample * BATCHES[-1] / t_max) / (weight_bytes / t1)
-    run.metric(f"{r}.knee_from_ridge", 2 * own_ridge, "rows",
+    run.metric(f"{r}.knee_from_ridge", 2 * own_ridge, "rows", origin="computed",
                label=f"{r}: 2 x (FLOP rate at batch {BATCHES[-1]} / weight bytes per second at batch 1)")
     # Where latency first doubles over batch 1, read off the measured curve (no model).
     doubled = next((b for b, t in zip(BATCHES, latency[r]) if t >= 2 * t1), None)
