@@ -38,6 +38,12 @@ def test_every_rate_declares_dtype_or_kind_and_its_yardstick_fraction(tiny):
         frac = tiny["metrics"][name.rsplit(".", 1)[0] + (".of_matmul" if name.endswith(".tflops") else ".of_copy")]
         assert frac["value"] > 0
     assert {"one_thread.copy_gbps", "one_thread.matmul_tflops"} <= set(tiny["metrics"])
+    # the matmul yardstick is the best of an independent square product and the model's own FFN GEMMs,
+    # each recorded; the longest prefill is also read against the square alone
+    square, ffn = metric(tiny, "one_thread.square_matmul_tflops"), metric(tiny, "one_thread.ffn_gemm_tflops")
+    assert metric(tiny, "one_thread.matmul_tflops") == max(square, ffn)
+    longest = metric(tiny, "prefill.b1.p128.tflops")
+    assert abs(metric(tiny, "prefill_longest.of_square_matmul") - longest / square) < 1e-9 * longest / square
 
 
 def test_intensity_follows_the_rows_per_weight(tiny):
