@@ -262,8 +262,9 @@ run.table("memory", "Memory per GPU (GB), mixed-precision Adam, s=4096, b=1, seq
 # %% [markdown]
 # ## Projected step time, 8 to 1024 GPUs
 #
-# The layout for each GPU count: TP = 8 inside one NVLink node, PP the smallest power of two whose
-# first stage fits in 80 GB, DP the rest, ZeRO-1, and m = global batch / DP microbatches. The global
+# The layout for each GPU count: of every TP x PP x DP split (TP up to the 8 GPUs of one NVLink node)
+# that fits in 80 GB, the fastest in this model (`choose_config`), ZeRO-1, and m = global batch / DP
+# microbatches; `parallel_layouts.py` sets it beside the usual procedure's layout at 1024 GPUs. The global
 # batch is fixed (1024 sequences of 4096 tokens, 4M tokens), so this is strong scaling: more GPUs
 # share the same work, and the per-GPU communication that does not shrink with it shows. Scaling
 # efficiency = tokens/s per GPU relative to the smallest GPU count whose layout fits.
