@@ -16,6 +16,7 @@
 # the all-reduce time.
 
 # %%
+import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
@@ -66,8 +67,10 @@ run.metric("accumulation.grad_norm_ratio_without_division", (forgot.norm() / big
 # %% [markdown]
 # ## DDP overlap, read from the trace
 #
-# For each `bucket_cap_mb`: a warm-up step (DDP rebuilds its buckets in the order gradients arrived
-# during the first backward), then one profiled step. Intervals are merged per kind before they are
+# For each `bucket_cap_mb`: two warm-up steps (DDP rebuilds its buckets in the order gradients arrived
+# during the first backward), then PROFILED profiled steps; each quantity is read per step and the
+# median over the steps is kept (one step on a shared 2-core machine is one sample, and its order
+# against another cap's flipped between runs). Intervals are merged per kind before they are
 # intersected, so concurrent events are not counted twice.
 
 # %%
@@ -98,7 +101,38 @@ def intersect(xs, ys):
     return out
 
 
-def profile_one_step(rank, cap_mb):
+PROFILED = 5
+
+
+def one_step(events, window):
+    """The trace arithmetic for one profiled step: the events that start inside its window (gloo's thread can
+    close a step's last all-reduce event a little after the step's window ends)."""
+    events = [e for e in events if window.start <= e.time_range.start < window.end]
+    comm_events = [e for e in events if e.name == "gloo:all_reduce"]
+    comm = union([[e.time_range.start, e.time_range.end] for e in comm_events])
+    comm_threads = {e.thread for e in comm_events}
+    bw = next(e for e in events if e.name == "backward").time_range
+    # backward compute: the outermost ATen ops inside backward(), off gloo's threads, ... ; a parent event
+    # such as autograd's evaluate_function can contain time spent waiting, an ATen op is work
+    leaves = [e for e in events if e.name.startswith("aten::") and e.thread not in comm_threads
+              and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
+              and bw.start <= e.time_range.start and e.time_range.end <= bw.end]
+    # ... inside autograd's gradient functions (not AccumulateGrad, not DDP's bucket copies after the wait)
+    grad_fns = union([[e.time_range.start, e.time_range.end] for e in events
+                      if e.name.startswith("autograd::engine::evaluate_function") and "AccumulateGrad" not in e.name])
+    backward = intersect(union([[e.time_range.start, e.time_range.end] for e in leaves]), grad_fns)
+    first_issue = min(e.time_range.start for e in events if e.name == "c10d::allreduce_")
+    overlap = length(intersect(comm, backward))
+    return {"comm_us": length(comm), "backward_us": length(backward), "overlap_us": overlap,
+            "exposed_us": length(comm) - overlap, "overlap_fraction": overlap / length(comm),
+            # the order of work, not its timing: matmul FLOPs of backward issued after the first all-reduce
+            "flops_after_first_issue": sum(e.flops for e in leaves if e.time_range.start >= first_issue) /
+            sum(e.flops for e in leaves),
+            "backward_window_us": bw.end - bw.start, "step_us": window.end - window.start,
+            "all_reduces": len(comm_events)}
+
+
+def profile_steps(rank, cap_mb):
     model = make_gpt(cfg, seed=0).train()
     ddp = DistributedDataParallel(model, bucket_cap_mb=cap_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.0)
@@ -113,36 +147,20 @@ def profile_one_step(rank, cap_mb):
 
     step(0)
     step(1)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof, \
-            torch.profiler.record_function("train_step"):
-        step(2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=True) as prof:
+        for i in range(PROFILED):
+            with torch.profiler.record_function("train_step"):
+                step(2 + i)
     events = prof.events()
-    comm_events = [e for e in events if e.name == "gloo:all_reduce"]
-    comm = union([[e.time_range.start, e.time_range.end] for e in comm_events])
-    comm_threads = {e.thread for e in comm_events}
-    bw = next(e for e in events if e.name == "backward").time_range
-    whole = next(e for e in events if e.name == "train_step").time_range
-    # backward compute: the outermost ATen ops inside backward(), off gloo's threads, ... ; a parent event
-    # such as autograd's evaluate_function can contain time spent waiting, an ATen op is work
-    leaves = [e for e in events if e.name.startswith("aten::") and e.thread not in comm_threads
-              and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
-              and bw.start <= e.time_range.start and e.time_range.end <= bw.end]
-    # ... inside autograd's gradient functions (not AccumulateGrad, not DDP's bucket copies after the wait)
-    grad_fns = union([[e.time_range.start, e.time_range.end] for e in events
-                      if e.name.startswith("autograd::engine::evaluate_function") and "AccumulateGrad" not in e.name])
-    backward = intersect(union([[e.time_range.start, e.time_range.end] for e in leaves]), grad_fns)
-    first_issue = min(e.time_range.start for e in events if e.name == "c10d::allreduce_")
-    return {"comm_us": length(comm), "backward_us": length(backward), "overlap_us": length(intersect(comm, backward)),
-            # the order of work, not its timing: matmul FLOPs of backward issued after the first all-reduce
-            "flops_after_first_issue": sum(e.flops for e in leaves if e.time_range.start >= first_issue),
-            "backward_flops": sum(e.flops for e in leaves),
-            "backward_window_us": bw.end - bw.start, "step_us": whole.end - whole.start,
-            "buckets": len(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(",")),
-            "all_reduces": len(comm_events)}
+    steps = [one_step(events, e.time_range) for e in events if e.name == "train_step"]
+    out = {k: float(np.median([s[k] for s in steps])) for k in steps[0]}
+    out["buckets"] = len(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"].split(","))
+    out["all_reduces_per_step"] = sorted({s["all_reduces"] for s in steps})
+    return out
 
 
 def ddp_worker(rank, world, caps):
-    return [profile_one_step(rank, cap) for cap in caps]
+    return [profile_steps(rank, cap) for cap in caps]
 
 
 if dev.type != "cpu":
@@ -155,25 +173,30 @@ run.metric("ddp.gradient_mb", grad_mb, "MiB", label="fp32 gradients all-reduced 
 caps = run.sizes["caps"]
 rows, fractions, opportunity = [], [], []
 for cap, r in zip(caps, launch(ddp_worker, 2, caps)[0]):  # rank 0's traces
-    frac = r["overlap_us"] / r["comm_us"]
-    chance = r["flops_after_first_issue"] / r["backward_flops"]
+    frac, chance = r["overlap_fraction"], r["flops_after_first_issue"]
     tag = f"cap{str(cap).replace('.', 'p')}"
-    run.metric(f"ddp.{tag}.overlap_fraction", frac, "fraction", label=f"bucket_cap_mb={cap}: all-reduce time under backward compute")
+    median = f"median of {PROFILED} profiled steps"
+    run.metric(f"ddp.{tag}.overlap_fraction", frac, "fraction",
+               label=f"bucket_cap_mb={cap}: all-reduce time under backward compute ({median})")
     run.metric(f"ddp.{tag}.compute_after_first_all_reduce", chance, "fraction",
                label="share of backward matmul FLOPs still to run when the first all-reduce is issued")
     run.metric(f"ddp.{tag}.buckets", r["buckets"], "buckets")
-    run.metric(f"ddp.{tag}.comm_ms", r["comm_us"] / 1e3, "ms")
-    run.metric(f"ddp.{tag}.exposed_ms", (r["comm_us"] - r["overlap_us"]) / 1e3, "ms",
-               label="all-reduce time not under backward compute")
-    run.metric(f"ddp.{tag}.backward_ms", r["backward_window_us"] / 1e3, "ms", label="backward() call, wall, waits included")
-    run.metric(f"ddp.{tag}.step_ms", r["step_us"] / 1e3, "ms", label="one profiled step")
-    run.check(f"ddp.{tag}.one_all_reduce_per_bucket", r["all_reduces"] == r["buckets"],
-              f"{r['all_reduces']} gloo all-reduces for {r['buckets']} buckets")
+    run.metric(f"ddp.{tag}.comm_ms", r["comm_us"] / 1e3, "ms", label=f"all-reduce time ({median})")
+    run.metric(f"ddp.{tag}.exposed_ms", r["exposed_us"] / 1e3, "ms",
+               label=f"all-reduce time not under backward compute ({median})")
+    run.metric(f"ddp.{tag}.backward_ms", r["backward_window_us"] / 1e3, "ms",
+               label=f"backward() call, wall, waits included ({median})")
+    run.metric(f"ddp.{tag}.backward_compute_ms", r["backward_us"] / 1e3, "ms",
+               label=f"backward's compute ops (their union), waits excluded ({median})")
+    run.metric(f"ddp.{tag}.step_ms", r["step_us"] / 1e3, "ms", label=f"profiled step ({median})")
+    run.check(f"ddp.{tag}.one_all_reduce_per_bucket", r["all_reduces_per_step"] == [r["buckets"]],
+              f"{', '.join(map(str, r['all_reduces_per_step']))} gloo all-reduces for {r['buckets']} buckets")
     rows.append([cap, r["buckets"], r["comm_us"] / 1e3, r["backward_us"] / 1e3, chance, frac,
-                 (r["comm_us"] - r["overlap_us"]) / 1e3, r["backward_window_us"] / 1e3, r["step_us"] / 1e3])
+                 r["exposed_us"] / 1e3, r["backward_window_us"] / 1e3, r["step_us"] / 1e3])
     fractions.append(frac)
     opportunity.append(chance)
-run.table("overlap", f"DDP on 2 gloo ranks, {grad_mb:.1f} MiB of gradients (rank 0's trace)",
+run.table("overlap", f"DDP on 2 gloo ranks, {grad_mb:.1f} MiB of gradients (rank 0's trace, medians of "
+          f"{PROFILED} profiled steps)",
           ["bucket_cap_mb", "buckets", "all-reduce ms", "backward compute ms", "FLOPs left at 1st all-reduce",
            "overlap fraction", "exposed all-reduce ms", "backward() wall ms", "step ms"], rows)
 best = max(range(len(caps)), key=lambda i: fractions[i])

@@ -11,9 +11,11 @@
 # Variants on the same GPT model and batch: no checkpointing; `torch.utils.checkpoint` (non-reentrant,
 # `use_reentrant=False`, the variant PyTorch recommends) on every layer, every 2nd and every 4th layer;
 # and *selective* checkpointing, where a policy (`create_selective_checkpoint_contexts`, PyTorch >= 2.4)
-# keeps the matmul outputs and recomputes only the cheap elementwise work. Each variant's gradients
+# keeps the matmul outputs and recomputes only the elementwise work (with a control policy that saves
+# every op, to price the policy's machinery apart from the recompute). Each variant's gradients
 # must equal the plain run's exactly (checkpointing replays dropout with the saved RNG state), then
-# its peak memory during forward + backward and its step time are measured. Last, the compiler's own
+# its peak memory during forward + backward and its step time are measured, and the layers' forward is
+# profiled to see how much of it the matmul-saving policy leaves to recompute. Last, the compiler's own
 # selective recomputation: `torch.compile`'s partitioner choosing what to save under a memory budget.
 
 # %%
@@ -58,16 +60,32 @@ def keep_matmuls(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op in MATMULS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def save_all(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE
+
+
+# A control, `save_all`: the same machinery with a policy that saves every op, so the backward recomputes
+# nothing. Its time over no checkpointing is what the policy's machinery costs by itself (every op of the
+# layer passes through a Python dispatch mode in the forward and again in the replay, which returns the
+# cached outputs), an upper bound, since it also stores every op's output (its peak is above no
+# checkpointing's). Dropout fills its mask in place (`bernoulli_`), so caching every op needs
+# allow_cache_entry_mutation; the gradients are still compared bit for bit.
+POLICIES = {}
+if create_selective_checkpoint_contexts is not None:
+    POLICIES = {"selective": functools.partial(create_selective_checkpoint_contexts, keep_matmuls),
+                "save_all": functools.partial(create_selective_checkpoint_contexts, save_all,
+                                              allow_cache_entry_mutation=True)}
+
+
 def set_variant(name):
     """Configure the model's layers for one variant."""
     model.checkpoint_every = {"none": 0, "every_layer": 1, "every_2nd": 2, "every_4th": 4}.get(name, 1)
-    model.checkpoint_context = (functools.partial(create_selective_checkpoint_contexts, keep_matmuls)
-                                if name == "selective" else None)
+    model.checkpoint_context = POLICIES.get(name)
 
 
 VARIANTS = ["none", "every_layer", "every_2nd", "every_4th"]
 if create_selective_checkpoint_contexts is not None:
-    VARIANTS.append("selective")
+    VARIANTS += ["selective", "save_all"]
 else:
     run.not_run("selective", "torch.utils.checkpoint.create_selective_checkpoint_contexts needs PyTorch >= 2.4")
 
@@ -129,6 +147,44 @@ run.series("tradeoff", f"Checkpointing every layer: {every_peak / base_peak:.0%}
 every, second = results["every_layer"][0], results["every_2nd"][0]
 run.check("every_layer.saves_memory", every < base_peak and second < base_peak,
           f"peak: every layer {every / MB:.2f} MiB, every 2nd {second / MB:.2f} MiB, none {base_peak / MB:.2f} MiB")
+
+# %% [markdown]
+# ## What the matmul-saving policy leaves to recompute
+#
+# Selective checkpointing saves the most time where the matmuls are most of a layer's forward. Here the
+# layers' forward (training mode, so with dropout) is profiled alone and its op time split by the op
+# that did the work: the matmuls, which the policy saves; drawing the dropout masks (`bernoulli_` on a
+# CPU, the fused `native_dropout` kernel on a GPU); and the rest (LayerNorm, softmax, GELU, copies).
+# Everything but the matmuls is recomputed in backward by the selective variant, as by the others.
+
+# %%
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+DROPOUT_OPS = ("aten::bernoulli_", "aten::native_dropout")
+x_in = torch.randn(B, cfg.seq, cfg.width, device=dev)
+gpu = dev.type == "cuda"
+self_time = "self_device_time_total" if gpu else "self_cpu_time_total"
+with torch.no_grad():
+    for layer in model.layers:
+        layer(x_in)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])) as prof:
+        for _ in range(5):
+            for layer in model.layers:
+                layer(x_in)
+        if gpu:
+            torch.cuda.synchronize()
+op_time = {a.key: getattr(a, self_time) for a in prof.key_averages() if a.key.startswith("aten::")}
+total = sum(op_time.values())
+matmul_share = sum(v for k, v in op_time.items() if k in ("aten::mm", "aten::addmm", "aten::bmm")) / total
+dropout_share = sum(v for k, v in op_time.items() if k in DROPOUT_OPS) / total
+run.metric("forward.matmul_share", matmul_share, "fraction",
+           label="of the layers' forward op time: matmuls (what the selective policy saves)")
+run.metric("forward.recomputed_share", 1 - matmul_share, "fraction",
+           label="of the layers' forward op time: everything but the matmuls (what selective recomputes)")
+run.metric("forward.dropout_share", dropout_share, "fraction",
+           label="of the layers' forward op time: drawing the dropout masks")
+run.check("forward.profiled", total > 0 and 0 < matmul_share < 1,
+          f"forward op time split: matmuls {matmul_share:.0%}, dropout masks {dropout_share:.0%}")
 
 # %% [markdown]
 # ## The compiler's selective recomputation: an activation memory budget

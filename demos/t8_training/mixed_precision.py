@@ -2,7 +2,8 @@
 # # Mixed precision numerics: FP16 underflow, loss scaling, BF16, FP8 scales
 #
 # FP16 has 5 exponent bits: its smallest normal number is 2^-14 (6.1e-5) and its smallest subnormal
-# 2^-24 (6e-8); anything smaller becomes zero. Gradients of a large model are often that small,
+# 2^-24 (6e-8); round-to-nearest sends anything below half of that, 2^-25, to zero (and anything
+# between 2^-25 and 2^-24 up to 2^-24). Gradients of a large model are often that small,
 # so Micikevicius et al. ([Mixed Precision Training](https://arxiv.org/abs/1710.03740)) multiply the
 # loss by a scale S before backward (every gradient is multiplied by S by the chain rule) and divide
 # the gradients by S before the optimizer step. *Dynamic* loss scaling (PyTorch's `GradScaler`) starts
