@@ -8,13 +8,15 @@
 # moves into shared memory, whose 32 banks serve one 4-byte word each per cycle, and a column
 # of a 32 x 32 float tile sits in one bank unless each row is padded by one word.
 #
-# This demo has three parts. (1) The address model: sectors per warp request for each stride, and
+# This demo has four parts. (1) The address model: sectors per warp request for each stride, and
 # bank-conflict degree of the tile read with and without padding, computed from the addresses the
 # kernels generate. (2) The kernels in Triton and in CUDA C++ (the CUDA source is in `_cuda.py`):
 # Triton's run in its interpreter without a GPU and are checked against PyTorch; the CUDA source is
 # compiled with nvcc for sm_90 wherever nvcc exists, and ptxas's report and the PTX are kept.
 # (3) Bandwidth: on a GPU, every variant as a fraction of the same-run copy ceiling; on a CPU, the
 # same strided copy through PyTorch, where 64-byte cache lines play the part of sectors.
+# (4) The memory hierarchy: read bandwidth against working-set size, from a few KiB to four times
+# the last-level cache, next to the shared-memory bandwidth an H100 is built for.
 
 # %%
 import re
@@ -22,20 +24,21 @@ import re
 import numpy as np
 import torch
 
+from demos.harness.provenance import cpu_llc_bytes
 from demos.harness.run import start
 from demos.t11_gpu import _cuda
 
 run = start(
     "coalescing",
     title="Coalescing and the shared-memory transpose: Triton and CUDA C++",
-    sizes={  # (elements of the strided copy, square transpose side)
-        "tiny": (2**20, 1024),
-        "small": (2**24, 4096),
-        "full": (2**26, 8192),
+    sizes={  # (elements of the strided copy, square transpose side, bytes each timed call of the cache sweep reads)
+        "tiny": (2**20, 1024, 2**25),
+        "small": (2**24, 4096, 2**25),
+        "full": (2**26, 8192, 2**31),
     },
     cpu_threads=1,
 )
-n_copy, side = run.sizes
+n_copy, side, sweep_bytes = run.sizes
 device = run.torch_device
 STRIDES = [1, 2, 4, 8, 32, 1024]
 
@@ -249,4 +252,80 @@ if not run.device.is_gpu:
     run.metric("torch.copy.stride_slowdown", run.metrics["torch.copy.stride1.gbps"]["value"]
                / run.metrics["torch.copy.stride32.gbps"]["value"], "x",
                label="CPU: stride-1 copy speed over stride-32 copy speed (bandwidth ratio)")
+
+# %% [markdown]
+# ## 4. The memory hierarchy: read bandwidth against working-set size
+#
+# One kernel, a sum, reads a buffer of S bytes again and again, and nothing is flushed between calls:
+# a buffer that fits in a cache is served from it. Small buffers are too quick to time in one pass,
+# so each call sums the rows of an (R, S/4) view whose R rows are all the same buffer (a stride-0
+# `expand`, no copy): one call reads the buffer R times, about 32 MiB on a CPU and 2 GiB on a GPU,
+# far above the timer's resolution and the per-call overhead. The bytes counted are the R x S read
+# plus the R sums written. Sizes grow 4x from 4 KiB until they pass four times the last-level cache
+# (the L2 on a GPU, the L3 on a CPU), so the last points stream from memory; a buffer larger than
+# the cache is read once per call (R = 1), already tens of MiB.
+#
+# On a CPU this measures the host's own ladder (L1, L2, L3, DRAM; one thread), not a GPU's. On a
+# GPU the same code runs past the L2 (50 MB on an H100 SXM) and shows its plateau against HBM.
+# Shared memory cannot be swept this way (it is allocated per block, not reached by a plain load);
+# its bandwidth is computed: 32 banks x 4 bytes per clock per SM, for 132 SMs at 1.98 GHz, the
+# H100 SXM's maximum boost clock (the bound this site puts on any cached rate on a Hopper GPU).
+
+# %%
+SMEM_GBPS = 32 * 4 * 132 * 1.98  # bytes per clock per SM x SMs x GHz = GB/s
+run.metric("h100.smem.gbps", SMEM_GBPS, "GB/s", kind="cache", origin="computed",
+           label="H100 SXM shared memory, all SMs: 32 banks x 4 B per clock x 132 SMs x 1.98 GHz (upper bound)")
+
+last_level = (run.device.l2_bytes if run.device.is_gpu else cpu_llc_bytes()) or 0
+level_name = "L2" if run.device.is_gpu else "last-level cache"
+sweep_sizes = [2**12]
+while sweep_sizes[-1] < 4 * last_level:
+    sweep_sizes.append(4 * sweep_sizes[-1])
+
+sweep_kib, sweep_gbps, sweep_timings, sweep_rows, resident = [], [], [], [], []
+for size in sweep_sizes:
+    x = torch.rand(size // 4, device=device)
+    in_cache = run.cache_resident(size, flush=False)
+    # Beyond the cache one pass per call: on a GPU the blocks of several rows run side by side, so a second
+    # row of a buffer too large for L2 would still find the first row's bytes there.
+    reads = max(1, sweep_bytes // size) if in_cache else 1
+    rows_view = x.expand(reads, size // 4)  # every row is the same buffer: no copy
+    expected = float(np.sum(x.cpu().numpy(), dtype=np.float64))  # NumPy's pairwise sum, in float64
+    run.check_close(f"hierarchy.sum.{size // 1024}KiB", torch.sum(rows_view, dim=1),
+                    torch.full((reads,), expected, dtype=torch.float64, device=device),
+                    rtol=1e-4, atol=0, reference_name="NumPy float64 sum of the buffer")
+    t = run.time(lambda: torch.sum(rows_view, dim=1), flush=False)  # no flush: a buffer that fits stays cached
+    moved = reads * size + reads * 4
+    gbps = moved / t.median_s / 1e9
+    sweep_kib.append(size // 1024)
+    sweep_gbps.append(gbps)
+    sweep_timings.append(t)
+    resident.append(in_cache)
+    sweep_rows.append([size // 1024, round(gbps, 1), "yes" if in_cache else "no", reads, round(t.median_s * 1e6, 1)])
+    del x, rows_view
+
+cached = [g for g, r in zip(sweep_gbps, resident) if r]
+if not cached:
+    run.not_run("hierarchy: in-cache rates", f"this system does not report its {level_name} size")
+else:
+    best_cached, last_cached, largest = max(cached), cached[-1], sweep_gbps[-1]  # last: the largest that fits
+    run.metric("hierarchy.best_cached.gbps", best_cached, "GB/s", cache_resident=True,
+               label="sum of a buffer read again and again: the best rate among working sets inside the caches")
+    run.metric("hierarchy.last_cached.gbps", last_cached, "GB/s", cache_resident=True,
+               label=f"the same at {sweep_kib[len(cached) - 1]} KiB, the largest working set inside the {level_name}")
+    run.metric("hierarchy.largest.gbps", largest, "GB/s", cache_resident=resident[-1],
+               label=f"the same at {sweep_kib[-1] // 1024} MiB, past four times the {level_name}: from memory")
+    run.metric("hierarchy.largest_mib", sweep_kib[-1] / 1024, "MiB", label="the sweep's largest working set")
+    run.metric("hierarchy.last_level_mib", last_level / 2**20, "MiB",
+               label=f"this device's {level_name}, as the system reports it (what cache-resident is judged against)")
+    run.metric("hierarchy.best_cached_over_largest", best_cached / largest, "x",
+               label="best in-cache read rate over the rate at the largest working set")
+    run.metric("hierarchy.last_cached_over_largest", last_cached / largest, "x",
+               label=f"read rate at the largest working set inside the {level_name} over the rate at the largest")
+run.table("hierarchy", f"Sum of a buffer read again and again, by working set ({level_name}: "
+          f"{last_level / 2**20:.0f} MiB)", ["working set (KiB)", "GB/s", f"inside the {level_name}",
+                                           "reads per call", "median (us)"], sweep_rows)
+run.series("hierarchy", f"Read bandwidth by working set: {max(sweep_gbps) / sweep_gbps[-1]:.0f}x faster at best "
+           f"than at {sweep_kib[-1] // 1024} MiB", "working set (KiB)", "GB/s",
+           {"sum, read again and again (no flush)": (sweep_kib, sweep_gbps, sweep_timings)}, x_log=True, y_log=True)
 run.save()

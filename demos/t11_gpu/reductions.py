@@ -18,6 +18,7 @@
 
 # %%
 import re
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -230,4 +231,168 @@ for name, fn in variants.items():
     rows.append([name, round(t.median_s * 1e6, 1), round(gbps, 1), d])
 run.table("timed", f"Sum of {timed_n} floats", ["variant", "median (us)", "GB/s read", "distinct results in 20 runs"],
           rows)
+
+# %% [markdown]
+# ## Warp vote and match: one atomic per warp instead of one per lane
+#
+# A filter (stream compaction) packs the x[i] above a threshold into `out`, in any order. Naive: each kept value
+# takes its slot with `atomicAdd(count, 1)`, one atomic per passing lane, all on one address. Warp-aggregated:
+# `__ballot_sync` gives every lane the mask of passing lanes, lane 0 adds its `__popc` to the counter once,
+# `__shfl_sync` hands out the old count, and a lane's slot is that plus `__popc` of the mask below its bit.
+# `coalesced_threads()` (cooperative groups) is the group of lanes that entered the branch. A histogram has an
+# address per key: `__match_any_sync` gives a lane the lanes holding its key, and the lowest adds their count.
+#
+# First one warp at a time, modelled in NumPy, the warps in a random order (as their atomics land): the filter
+# must write every kept value exactly once, the histogram count every key exactly. Then the compiled code.
+
+# %%
+WARP_CU = r"""
+#include <cooperative_groups.h>
+extern "C" __global__ void filter_atomic(const float* x, float* out, int* count, long long n, float threshold) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && x[i] > threshold) out[atomicAdd(count, 1)] = x[i];
+}
+extern "C" __global__ void filter_warp(const float* x, float* out, int* count, long long n, float threshold) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    bool keep = i < n && x[i] > threshold;
+    unsigned passing = __ballot_sync(0xffffffffu, keep);  // all 32 lanes get here (blockDim.x % 32 == 0)
+    int lane = threadIdx.x & 31, base = 0;
+    if (lane == 0 && passing != 0) base = atomicAdd(count, __popc(passing));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (keep) out[base + __popc(passing & ((1u << lane) - 1))] = x[i];
+}
+extern "C" __global__ void filter_cg(const float* x, float* out, int* count, long long n, float threshold) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && x[i] > threshold) {
+        auto kept = cooperative_groups::coalesced_threads();  // the lanes that took this branch
+        int base = kept.thread_rank() == 0 ? atomicAdd(count, (int)kept.size()) : 0;
+        out[kept.shfl(base, 0) + kept.thread_rank()] = x[i];
+    }
+}
+extern "C" __global__ void hist_atomic(const int* keys, int* hist, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(&hist[keys[i]], 1);
+}
+extern "C" __global__ void hist_match(const int* keys, int* hist, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int key = i < n ? keys[i] : -1;
+    unsigned peers = __match_any_sync(0xffffffffu, key);  // the lanes whose key equals mine
+    if (i < n && (int)(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[key], __popc(peers));
+}
+"""
+KERNELS = ("filter_atomic", "filter_warp", "filter_cg", "hist_atomic", "hist_match")
+THRESHOLD, BINS = 0.2, 8  # x = rand - 0.3, so half of it passes; a histogram of 8 keys
+
+# %%
+def filter_warps(values, keep, order):
+    """The warp-aggregated filter: one fetch-and-add per warp with a passing lane. Returns (out, atomics per warp)."""
+    out, counter, atomics = np.full(int(keep.sum()), np.nan, dtype=values.dtype), 0, np.zeros(len(keep), dtype=int)
+    for w in order:
+        ballot = sum(1 << int(lane) for lane in np.flatnonzero(keep[w]))  # __ballot_sync
+        if ballot:
+            base, counter, atomics[w] = counter, counter + ballot.bit_count(), 1  # lane 0's atomicAdd: old count
+            for lane in np.flatnonzero(keep[w]):
+                out[base + (ballot & ((1 << int(lane)) - 1)).bit_count()] = values[w, lane]
+    return out, atomics
+
+
+def hist_warps(keys):
+    """The match-aggregated histogram: the lowest lane of each group of equal keys adds the group's size."""
+    hist, atomics = np.zeros(BINS, dtype=np.int64), np.zeros(len(keys), dtype=int)
+    for w, warp in enumerate(keys):
+        for lane, key in enumerate(warp):
+            peers = sum(1 << int(peer) for peer in np.flatnonzero(warp == key))  # __match_any_sync
+            if lane == (peers & -peers).bit_length() - 1:  # __ffs(peers) - 1: the lowest peer adds them
+                hist[key], atomics[w] = hist[key] + peers.bit_count(), atomics[w] + 1
+    return hist, atomics
+
+
+values = head[:2**17].cpu().numpy().reshape(-1, 32)  # at most 4096 warps: the model is slow Python
+keep = values > THRESHOLD
+packed, aggregated = filter_warps(values, keep, rng.permutation(len(keep)))
+keys = rng.integers(0, BINS, size=values.shape)
+hist, per_key = hist_warps(keys)
+run.check("model.filter.same_set", np.array_equal(np.sort(packed), np.sort(values[keep])),
+          f"{keep.sum()} kept values of {values.size}, each written once (sorted, equal to the kept inputs)")
+run.check("model.filter.one_atomic_per_warp", np.array_equal(aggregated, keep.any(axis=1)),
+          f"one atomic in each of the {int(keep.any(axis=1).sum())} warps with a passing lane, none elsewhere")
+run.check("model.hist.exact", np.array_equal(hist, np.bincount(keys.ravel(), minlength=BINS)),
+          f"histogram of {keys.size} keys in {BINS} bins, equal to np.bincount")
+run.check("model.hist.one_atomic_per_key", np.array_equal(per_key, [len(np.unique(w)) for w in keys]),
+          "one atomic per distinct key in each warp")
+for name, count, what in (("filter.atomics_per_warp.naive", keep.sum(axis=1), "filter, one per passing lane"),
+                          ("filter.atomics_per_warp.aggregated", aggregated, "filter, warp-aggregated (ballot)"),
+                          ("hist.atomics_per_warp.naive", np.full(len(keys), 32), "histogram, one per lane"),
+                          ("hist.atomics_per_warp.match", per_key, "histogram, one per key (match)")):
+    run.metric(f"model.{name}", float(np.mean(count)), "ops", origin="computed",
+               label=f"{what}: atomics per warp, mean over {len(count)} modelled warps")
+
+# %%
+# Counted in the PTX (what nvcc's front end emits) and in the SASS (what ptxas makes of it, the code the GPU runs,
+# disassembled with cuobjdump): atomics, vote and match instructions, and `activemask` (which
+# `coalesced_threads()` reads). A static count: an atomic that only lane 0 runs still counts once.
+PATTERNS = {"PTX atomics": r"\b(?:atom|red)\.global", "PTX ballot": r"\bvote\.sync\.ballot",
+            "PTX match": r"\bmatch\.any\.sync", "PTX activemask": r"\bactivemask",
+            "SASS atomics": r"\b(?:ATOMG?|REDG?)\.E\b", "SASS vote": r"\b(?:VOTEU?|MATCH)\."}  # VOTE, VOTEU, MATCH
+CITED = [("filter_atomic", "PTX ballot"), ("filter_warp", "PTX ballot"), ("filter_warp", "PTX atomics"),
+         ("hist_match", "PTX match"), ("filter_atomic", "SASS vote"), ("hist_atomic", "SASS vote")]
+bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"  # Triton ships one
+cuobjdump = _cuda.find_tool("cuobjdump") or (str(bundled) if bundled.is_file() else None)
+if _cuda.nvcc() is not None:
+    ptx = dict(re.findall(r"\.entry (\w+)\((.*?)\n}\n", _cuda.compile_cuda(WARP_CU, "ptx").text, re.S))
+    cubin = _cuda.compile_cuda(WARP_CU, "cubin").path
+    proc, why = _cuda.run_tool([cuobjdump, "-sass", str(cubin)], 120) if cuobjdump else (None, "no cuobjdump")
+    sass = None if proc is None or proc.returncode else dict(re.findall(r"Function : (\w+)\n(.*?)(?=Function : |\Z)",
+                                                                        proc.stdout, re.S))
+    if sass is None:
+        run.not_run("SASS of the warp-vote kernels", why or _cuda.tool_error(proc))
+    counts = {}
+    for k in KERNELS:
+        for col, rx in PATTERNS.items():
+            text = (ptx if col.startswith("PTX") else sass or {}).get(k)
+            counts[k, col] = None if text is None else len(re.findall(rx, text))
+    run.table("warp_vote", "Filter and histogram kernels: instructions in the sm_90 PTX and SASS",
+              ["kernel", *PATTERNS], [[k, *(counts[k, col] for col in PATTERNS)] for k in KERNELS])
+    for kernel, col in CITED:
+        if counts[kernel, col] is not None:
+            run.metric("{}.{}.{}".format(col.split()[0].lower(), kernel, col.split()[1]), counts[kernel, col],
+                       "instructions", origin="static", label=f"{kernel}: {col} instructions, counted statically")
+    if sass is not None:
+        run.artifact("filter_atomic.sass", "\n".join(re.sub(r"\s*/\* 0x\w+ \*/", "", line).strip()
+                                                     for line in sass["filter_atomic"].splitlines()
+                                                     if re.search(r"VOTE|FLO|POPC|ATOMG|SHFL", line)))
+
+# %%
+# On a GPU each filter's output, sorted, must equal the kept inputs, sorted (the order of the slots depends on
+# which warp's atomic lands first), and each histogram `torch.bincount`. Bytes: input read + values written.
+if run.device.is_gpu:
+    wmod, n64, blocks = _cuda.cupy_module(WARP_CU), np.int64(timed_n), (triton.cdiv(timed_n, 256),)
+    kept_ref = torch.sort(xt[xt > THRESHOLD]).values
+    keys_t = torch.randint(0, BINS, (timed_n,), device=device, dtype=torch.int32)
+    out, counter = torch.empty_like(xt), torch.zeros(1, device=device, dtype=torch.int32)
+    hist_t = torch.zeros(BINS, device=device, dtype=torch.int32)
+    xc, oc, cc, kc, hc = (_cuda.as_cupy(t) for t in (xt, out, counter, keys_t, hist_t))
+    for kernel in KERNELS:
+        is_filter, fn = kernel.startswith("filter"), wmod.get_function(kernel)
+        args, reset = ((xc, oc, cc, n64, np.float32(THRESHOLD)), counter) if is_filter else ((kc, hc, n64), hist_t)
+
+        def go(fn=fn, args=args, reset=reset):
+            reset.zero_()
+            fn(blocks, (256,), args)
+
+        go()
+        kept = int(counter.item()) if is_filter else 0
+        if is_filter:
+            same = kept == kept_ref.numel() and torch.equal(torch.sort(out[:kept]).values, kept_ref)
+            run.check(f"gpu.{kernel}.same_set", same, f"{kept} kept, {kept_ref.numel()} expected; sorted, "
+                      f"{'equal' if same else 'not equal'} to the kept inputs")
+        else:
+            run.check(f"gpu.{kernel}.exact", torch.equal(hist_t, torch.bincount(keys_t, minlength=BINS).int()),
+                      f"{BINS}-key histogram of {timed_n} keys, equal to torch.bincount")
+        t, moved = run.time(go), 4 * timed_n + 4 * kept
+        run.metric(f"cuda.{kernel}.gbps", moved / t.median_s / 1e9, "GB/s", kind="memory", ceiling="copy_bandwidth",
+                   cache_resident=run.cache_resident(moved), label=f"{kernel}: bytes moved / time, {timed_n} inputs")
+else:
+    run.not_run("CUDA filter and histogram kernels (timing, same-set and exact-count checks)",
+                "needs a CUDA GPU; here their PTX and SASS were read and the warps' atomics modelled in NumPy")
 run.save()
