@@ -35,6 +35,13 @@ def test_int8_accuracy_and_outlier(rec):
     assert m["outlier300.w8a8_smoothed"]["value"] > m["outlier300.w8a8_per_tensor_act"]["value"] - 0.005
 
 
+def test_w4_weight_error_by_granularity(rec):
+    m = {k: v["value"] for k, v in rec["metrics"].items()}
+    per_tensor, per_channel = m["w4_per_tensor.weight_rel_error"], m["w4_per_channel.weight_rel_error"]
+    assert 0 < per_channel < per_tensor < 1  # a row's own scale is never coarser than the tensor's
+    assert rec["metrics"]["w4_per_channel.weight_rel_error"]["unit"] == "fraction"
+
+
 def test_sizes(rec):
     m = rec["metrics"]
     assert m["bytes.fp32"]["value"] == 2 * m["bytes.bf16"]["value"]

@@ -36,3 +36,10 @@ def test_cost_against_the_original_training_same_run(rec):
     assert m["qat_over_base_train"] == pytest.approx(m["w2_per_channel.qat_train_s"] / m["base_train_s"])
     assert m["qat_step_over_base_step"] == pytest.approx(m["qat_over_base_train"] / m["qat_steps_over_base_steps"])
     assert "in this run" in rec["metrics"]["base_train_s"]["label"]
+
+
+def test_cost_against_the_control_same_loop(rec):
+    """What fake quantization adds is stated against the same fine-tune without it, timed in the same loop."""
+    m = {k: v["value"] for k, v in rec["metrics"].items()}
+    assert m["w2_per_channel.control_train_s"] > 0
+    assert m["qat_over_control_train"] == pytest.approx(m["w2_per_channel.qat_train_s"] / m["w2_per_channel.control_train_s"])

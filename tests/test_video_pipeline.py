@@ -21,6 +21,18 @@ def test_frames_are_conserved_and_projection_is_slower(tiny):
     assert m["service.p99_ms"] >= m["service.p50_ms"]
 
 
+def test_batch_metrics_follow_the_sweep(tiny):
+    """The one-frame time of the batch sweep, and the latency a batch costs, read off the same sweep as the gain."""
+    m = {k: v["value"] for k, v in tiny["metrics"].items()}
+    sweep = {row[0]: row[1] for row in next(t for t in tiny["tables"] if t["name"] == "stream_batching")["rows"]}
+    largest = max(sweep)
+    assert m["batch.infer_one_ms"] == pytest.approx(sweep[1], abs=0.006)  # the table rounds to 0.01 ms
+    assert m["batch.infer_one_ms"] > 0 and m["stage.infer_ms"] > 0  # the same inference, timed twice
+    # the batch's time over one frame's, and the throughput gain, are two readings of the same two timings
+    assert m["batch.latency_growth"] * m["batch.throughput_gain"] == pytest.approx(largest)
+    assert m["batch.latency_growth"] == pytest.approx(sweep[largest] / sweep[1], rel=0.02)
+
+
 def _simulate(times):
     """The demo's simulation, loaded from its source without running the demo."""
     import ast

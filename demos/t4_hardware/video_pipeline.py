@@ -190,6 +190,13 @@ run.series("stream_batching", fit_words, "streams batched", "ms",
 largest = max(batch_s)
 run.metric("batch.throughput_gain", (largest / batch_s[largest]) / (1 / batch_s[1]), "x",
            label=f"inference throughput, {largest} frames batched over 1")
+# The S = 1 point of this sweep is the same one-frame inference as stage.infer_ms, timed again later in the run:
+# the gap between the two is what this machine's noise does to one timing, the yardstick for the gain above.
+run.metric("batch.infer_one_ms", batch_s[1] * 1e3, "ms",
+           label=f"inference of one frame in the batch sweep (S = 1), {width}x{height}, median (stage.infer_ms timed again)")
+# Every frame of a batch waits for all of it: the batch's inference time over one frame's is what it costs in latency.
+run.metric("batch.latency_growth", batch_s[largest] / batch_s[1], "x",
+           label=f"inference time of {largest} frames batched over one frame's (the latency each frame of the batch pays)")
 run.metric("batch.max_streams_measured", max([b for b, ok in zip(batch_s, fits_measured) if ok], default=0), "streams",
            label=f"largest measured batch whose total fits 33.3 ms ({width}x{height})")
 

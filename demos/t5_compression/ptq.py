@@ -97,6 +97,29 @@ run.table("accuracy", f"Held-out accuracy (600 digits) by format, {len(seeds)} s
             round(100 * (np.mean(acc["fp32"]) - np.mean(v)), 2)] for n, v in acc.items()])
 
 # %% [markdown]
+# ## What the scale's granularity does to the weights themselves
+#
+# Accuracy on 600 images is a coarse instrument: a redundant classifier can absorb a lot of weight
+# error before a prediction flips. The weights' own error is not: ||Q(W) - W|| / ||W||, summed over the
+# model's three weight matrices, with 4-bit codes and one scale per tensor or per output channel.
+
+# %%
+def weight_rel_error(m, bits, per_channel):
+    err = ref = 0.0
+    for layer in m.layers:
+        w = layer.weight.detach()
+        codes, scale = quantize_weight(w, bits, per_channel)
+        err += float((codes.float() * scale - w).pow(2).sum())
+        ref += float(w.pow(2).sum())
+    return (err / ref) ** 0.5
+
+
+for name, per_channel in (("w4_per_tensor", False), ("w4_per_channel", True)):
+    errors = [weight_rel_error(models[s], 4, per_channel) for s in seeds]
+    run.metric(f"{name}.weight_rel_error", float(np.mean(errors)), "fraction",
+               label=f"{name}: relative L2 error of all weight matrices, mean of {len(seeds)} seeds")
+
+# %% [markdown]
 # ## One outlier channel: per-tensor scales fail, per-channel scales do not
 #
 # `with_outlier_channel` multiplies one hidden unit's incoming weights by a factor and divides its
