@@ -67,8 +67,8 @@ def test_warp_aggregation_model_one_atomic_per_warp(tiny_record):
 def test_vote_and_match_are_in_the_compiled_code(tiny_record):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
-    assert metric(tiny_record, "ptx.filter_warp.ballot") >= 1
-    assert metric(tiny_record, "ptx.filter_atomic.ballot") == 0  # the source asks for no vote
+    assert metric(tiny_record, "ptx.filter_warp.vote") >= 1  # its __ballot_sync
+    assert metric(tiny_record, "ptx.filter_atomic.vote") == 0  # the source asks for no vote of any kind
     assert metric(tiny_record, "ptx.filter_warp.atomics") == 1  # one atomic instruction, run by lane 0
     assert metric(tiny_record, "ptx.hist_match.match") >= 1
     assert tiny_record["metrics"]["ptx.hist_match.match"]["origin"] == "static"
@@ -78,3 +78,4 @@ def test_vote_and_match_are_in_the_compiled_code(tiny_record):
     # ptxas warp-aggregates the naive filter's one-address atomicAdd by itself; it cannot for per-key addresses
     assert metric(tiny_record, "sass.filter_atomic.vote") >= 1
     assert metric(tiny_record, "sass.hist_atomic.vote") == 0
+    assert any(t["name"] == "warp_vote" and "nvcc release" in t["title"] for t in tiny_record["tables"])

@@ -328,13 +328,13 @@ for name, count, what in (("filter.atomics_per_warp.naive", keep.sum(axis=1), "f
                label=f"{what}: atomics per warp, mean over {len(count)} modelled warps")
 
 # %%
-# Counted in the PTX (what nvcc's front end emits) and in the SASS (what ptxas makes of it, the code the GPU runs,
-# disassembled with cuobjdump): atomics, vote and match instructions, and `activemask` (which
-# `coalesced_threads()` reads). A static count: an atomic that only lane 0 runs still counts once.
-PATTERNS = {"PTX atomics": r"\b(?:atom|red)\.global", "PTX ballot": r"\bvote\.sync\.ballot",
+# Counted in the PTX (nvcc's front end) and the SASS (what ptxas makes of it, the code the GPU runs, via cuobjdump):
+# atomics, vote and match instructions, `activemask` (which `coalesced_threads()` reads). A static count: an atomic
+# that only lane 0 runs counts once. The SASS depends on ptxas's version: the table's title names nvcc's release.
+PATTERNS = {"PTX atomics": r"\b(?:atom|red)\.global", "PTX vote": r"\bvote\.sync\.\w+",  # ballot, any, all, uni
             "PTX match": r"\bmatch\.any\.sync", "PTX activemask": r"\bactivemask",
             "SASS atomics": r"\b(?:ATOMG?|REDG?)\.E\b", "SASS vote": r"\b(?:VOTEU?|MATCH)\."}  # VOTE, VOTEU, MATCH
-CITED = [("filter_atomic", "PTX ballot"), ("filter_warp", "PTX ballot"), ("filter_warp", "PTX atomics"),
+CITED = [("filter_atomic", "PTX vote"), ("filter_warp", "PTX vote"), ("filter_warp", "PTX atomics"),
          ("hist_match", "PTX match"), ("filter_atomic", "SASS vote"), ("hist_atomic", "SASS vote")]
 bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"  # Triton ships one
 cuobjdump = _cuda.find_tool("cuobjdump") or (str(bundled) if bundled.is_file() else None)
@@ -346,21 +346,21 @@ if _cuda.nvcc() is not None:
                                                                         proc.stdout, re.S))
     if sass is None:
         run.not_run("SASS of the warp-vote kernels", why or _cuda.tool_error(proc))
-    counts = {}
-    for k in KERNELS:
-        for col, rx in PATTERNS.items():
-            text = (ptx if col.startswith("PTX") else sass or {}).get(k)
-            counts[k, col] = None if text is None else len(re.findall(rx, text))
-    run.table("warp_vote", "Filter and histogram kernels: instructions in the sm_90 PTX and SASS",
+    code = {"PTX": ptx, "SASS": sass or {}}  # kernel -> its text; a count is None where the text is missing
+    counts = {(k, col): None if (text := code[col.split()[0]].get(k)) is None else len(re.findall(rx, text))
+              for k in KERNELS for col, rx in PATTERNS.items()}
+    nv = _cuda.run_tool([_cuda.nvcc(), "--version"], 60)[0]  # its "release 13.0, V13.0.88" line, say
+    release = rel.group(0) if nv and (rel := re.search(r"release [^\n]+", nv.stdout)) else "release unknown"
+    run.table("warp_vote", f"Filter and histogram kernels: instructions in the sm_90 PTX and SASS, nvcc {release}",
               ["kernel", *PATTERNS], [[k, *(counts[k, col] for col in PATTERNS)] for k in KERNELS])
     for kernel, col in CITED:
         if counts[kernel, col] is not None:
             run.metric("{}.{}.{}".format(col.split()[0].lower(), kernel, col.split()[1]), counts[kernel, col],
                        "instructions", origin="static", label=f"{kernel}: {col} instructions, counted statically")
-    if sass is not None:
-        run.artifact("filter_atomic.sass", "\n".join(re.sub(r"\s*/\* 0x\w+ \*/", "", line).strip()
-                                                     for line in sass["filter_atomic"].splitlines()
-                                                     if re.search(r"VOTE|FLO|POPC|ATOMG|SHFL", line)))
+    if sass is not None:  # the aggregation ptxas wrapped around the atomic: vote, leader test, rank, shuffle, add
+        run.artifact("filter_atomic.sass", "\n".join(
+            re.sub(r"\s*/\* 0x\w+ \*/", "", line).strip() for line in sass["filter_atomic"].splitlines()
+            if re.search(r"VOTE|FLO|POPC|ATOMG|SHFL|ISETP\.EQ|SR_LANEID|SR_LTMASK|LOP3|IADD", line)))
 
 # %%
 # On a GPU each filter's output, sorted, must equal the kept inputs, sorted (the order of the slots depends on
