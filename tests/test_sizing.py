@@ -169,3 +169,47 @@ def test_serving_replicates_the_kv_cache_when_gpus_outnumber_kv_heads():
     eight, sixteen = sizing.serving(gpus=8, **shape), sizing.serving(gpus=16, **shape)
     assert eight["kv_replicas"] == 1 and sixteen["kv_replicas"] == 2
     assert sixteen["kv_bytes_per_sequence"] == 2 * eight["kv_bytes_per_sequence"]
+
+
+def test_all_reduce_algorithms_ring_is_the_cluster_model_and_the_crossover_equalises_ring_and_tree():
+    r = sizing.all_reduce_algorithms(4e6, 16, 5.0, 50.0, 0.92)
+    assert math.isclose(r["ring_s"], cm.collective_time("all_reduce", 4e6, 16, 5e-6, 1 / 50e9))
+    assert r["tree_steps"] == 2 * 4 and r["tree_bytes_per_gpu"] == 8e6 and r["switch_bytes_per_gpu"] == 4e6 * 17 / 16
+    at = sizing.all_reduce_algorithms(r["crossover_bytes"], 16, 5.0, 50.0, 0.92)
+    assert math.isclose(at["ring_s"], at["tree_s"], rel_tol=1e-9)  # the two times meet there
+    below = sizing.all_reduce_algorithms(r["crossover_bytes"] / 2, 16, 5.0, 50.0, 0.92)
+    above = sizing.all_reduce_algorithms(r["crossover_bytes"] * 2, 16, 5.0, 50.0, 0.92)
+    assert below["tree_s"] < below["ring_s"] and above["ring_s"] < above["tree_s"]
+
+
+def test_hierarchical_all_reduce_saves_steps_not_network_bytes():
+    one_node = sizing.hierarchical_all_reduce(1e8, 1, 8)
+    nv = cm.LINKS["nvlink4_h100"]
+    assert math.isclose(one_node["flat_s"], cm.collective_time("all_reduce", 1e8, 8, nv.alpha_s, nv.beta_s_per_byte))
+    r = sizing.hierarchical_all_reduce(16e6, 64, 8)
+    assert r["flat_steps"] == 2 * 511 and r["inter_steps"] == 2 * 63 and r["intra_steps"] == 2 * 7
+    assert math.isclose(r["hier_network_bytes_per_node"], 2 * 63 / 64 * 16e6)  # about the flat ring's 2 x 511/512
+    assert r["sharp_s"] < r["hier_s"] < r["flat_s"]
+
+
+def test_a_slow_link_sets_the_ring_rate_and_moe_bytes_follow_k_not_experts():
+    r = sizing.ring_straggler(1e9, 4, 1.0, 50.0, 25.0)
+    assert math.isclose(r["degraded_s"], cm.collective_time("all_reduce", 1e9, 4, 1e-6, 1 / 25e9))
+    one = sizing.moe_all_to_all(1000, 1024, 1, 8)
+    two = sizing.moe_all_to_all(1000, 1024, 2, 8)
+    assert two["alltoall_bytes_per_gpu"] == 2 * one["alltoall_bytes_per_gpu"] == 2 * 1000 * 1024 * 4 * 7 / 8
+    sharded = sizing.moe_all_to_all(1000, 1024, 2, 8, tp=8)  # each TP rank dispatches its own eighth
+    assert sharded["alltoall_bytes_per_gpu"] == two["alltoall_bytes_per_gpu"] / 8
+    assert sharded["alltoall_over_tp_all_reduce"] == 0.25 and two["alltoall_over_tp_all_reduce"] == 0.0  # no TP: none
+    across = sizing.moe_all_to_all(1000, 1024, 8, 64)
+    assert across["off_node_fraction"] == 56 / 64 and across["network_copies_per_token"] == 7
+
+
+def test_a_sizing_marker_inside_a_fold_stays_inside_it():
+    page = '??? abstract "Full answer"\n\n    Text.\n\n    {{ sizing bubble_p8_m32 }}\n\nAfter.\n'
+    out = sizing.expand(page, "topics/parallelism.md")
+    body = out.split("After.")[0].splitlines()[2:]
+    assert all(line.startswith("    ") or not line.strip() for line in body), body  # every line of it indented
+    assert "    **1. Pipeline bubble with 8 stages and 32 microbatches**\n    { #bubble_p8_m32 }" in out
+    assert "### " not in out  # no heading inside the fold: the page's table of contents gains no entry
+    assert "### 1. Pipeline bubble" in sizing.expand("{{ sizing bubble_p8_m32 }}\n", "sizing.md")  # unindented: as before

@@ -5,7 +5,10 @@ pipeline bubble; pure Python) and the chip figures come from ``records/datasheet
 formulas that live in torch-importing demo modules are restated here so the check and the site build do
 not import torch (seconds on every run), and tests/test_sizing.py requires them to equal the demos' own:
 ``demos/t6_inference/_model.py``'s ``Config.kv_cache_bytes`` and ``demos/t8_training/_gpt.py``'s
-``model_state_bytes_per_param``. ``docs/assets/sizing-calculators.js`` is the
+``model_state_bytes_per_param``. What the cluster model does not price (a tree or in-switch all-reduce, a
+hierarchical all-reduce, a slow link in a ring, a MoE layer's all-to-all) is built here from its primitives (its link
+presets and ring costs), not added to ``demos/common/collectives.py``: a code change there would stale the records
+of every demo that imports it. ``docs/assets/sizing-calculators.js`` is the
 same formulas in JavaScript; tests/test_calculators_browser.py compares the two in Chromium.
 
 The problems live in ``website/sizing_problems.toml``: each names a formula, its inputs (published
@@ -36,6 +39,7 @@ from website.markers import MARKUP
 PROBLEMS_FILE = Path(__file__).with_name("sizing_problems.toml")
 GB = 1e9
 GIB = 2**30
+US = 1e-6
 DAY = 86400.0
 
 # -- formulas ---------------------------------------------------------------------------------------
@@ -125,6 +129,126 @@ def all_reduce(n_bytes: float, gpus: int, link: str) -> dict:
             "seconds": seconds}
 
 
+def all_reduce_algorithms(n_bytes: float, gpus: int, alpha_us: float, bandwidth_gbs: float,
+                          tree_bw_fraction: float = 1.0) -> dict:
+    """One all-reduce of n bytes over ``gpus`` GPUs on one kind of link (alpha per step, bandwidth per direction),
+    three ways, each time = steps x alpha + bytes each GPU sends / bandwidth (the model NCCL's tuner uses:
+    latency + bytes / bandwidth, src/graph/tuning.cc):
+
+    - ring (cluster_model's): reduce-scatter then all-gather, 2(p-1) steps of n/p, 2(p-1)/p x n per GPU;
+    - NCCL's double binary tree, pipelined: reduce up a tree of depth floor(log2 p), broadcast down it, so
+      2 floor(log2 p) steps of latency; each GPU sends and receives 2n in all (two complementary trees each carry
+      n/2; an inner node of one is a leaf of the other), at ``tree_bw_fraction`` of the ring's rate;
+    - in-switch reduction (NVLink SHARP; InfiniBand SHARP across nodes): a reduce-scatter the switch sums, then a
+      multicast all-gather: 2 steps, n + n/p each way per GPU (n to be summed, n/p of result).
+
+    ``crossover_bytes`` is the size below which the tree is the faster (ring and tree times equal there)."""
+    alpha, beta = alpha_us * US, 1.0 / (bandwidth_gbs * GB)
+    ring_steps, ring_bytes = cm.all_reduce_features(n_bytes, gpus)
+    ring_s = cm.collective_time("all_reduce", n_bytes, gpus, alpha, beta)
+    depth = gpus.bit_length() - 1  # floor(log2 p): the hops from a leaf to the root
+    tree_steps, tree_bytes = 2.0 * depth, 2.0 * n_bytes
+    tree_s = tree_steps * alpha + tree_bytes * beta / tree_bw_fraction
+    switch_steps, switch_bytes = 2.0, n_bytes * (gpus + 1) / gpus
+    switch_s = switch_steps * alpha + switch_bytes * beta
+    # ring_s = tree_s: 2(p-1-depth) alpha = (2/eta - 2(p-1)/p) n beta
+    crossover = (gpus - 1 - depth) * alpha / ((1.0 / tree_bw_fraction - (gpus - 1) / gpus) * beta)
+    return {"ring_steps": ring_steps, "ring_bytes_per_gpu": ring_bytes, "ring_s": ring_s,
+            "tree_depth": depth, "tree_steps": tree_steps, "tree_bytes_per_gpu": tree_bytes, "tree_s": tree_s,
+            "switch_steps": switch_steps, "switch_bytes_per_gpu": switch_bytes, "switch_s": switch_s,
+            "ring_over_tree": ring_s / tree_s, "ring_over_switch": ring_s / switch_s,
+            "alpha_times_bandwidth_bytes": alpha / beta, "crossover_bytes": crossover}
+
+
+def hierarchical_all_reduce(n_bytes: float, nodes: int, gpus_per_node: int) -> dict:
+    """An all-reduce of n bytes over nodes x g GPUs, with cluster_model's links (NVLink inside a node, one
+    InfiniBand NIC per GPU across nodes; their alphas are the model's assumptions):
+
+    - flat ring over all p = nodes x g GPUs: a chunk travels 2(p-1) hops, 2(nodes-1) of them across the network
+      (at its alpha) and the rest over NVLink (as NCCL's tuner counts a ring's latency), its bytes at the node's
+      g NICs together (cluster_model's rule for a collective spanning nodes: NCCL spreads its rings over them);
+    - hierarchical: reduce-scatter inside the node (NVLink), then an all-reduce of each GPU's n/g shard with the
+      same-index GPU of every other node (its own NIC, one rail), then an all-gather inside the node; the
+      phases counted one after another (not pipelined: an upper bound);
+    - the same with the middle phase reduced in the network switches (InfiniBand SHARP): 2 network steps,
+      the shard sent once and its sum received once."""
+    nv, ib = cm.LINKS["nvlink4_h100"], cm.LINKS["ib_ndr400"]
+    g, gpus = gpus_per_node, nodes * gpus_per_node
+    flat_bandwidth = min(nv.bandwidth_gbs, ib.bandwidth_gbs * g) if nodes > 1 else nv.bandwidth_gbs
+    flat_steps, flat_bytes = cm.all_reduce_features(n_bytes, gpus)
+    flat_inter_steps = 2.0 * (nodes - 1)
+    flat_s = ((flat_steps - flat_inter_steps) * nv.alpha_s + flat_inter_steps * ib.alpha_s
+              + flat_bytes / (flat_bandwidth * GB))
+    intra_s = (cm.collective_time("reduce_scatter", n_bytes, g, nv.alpha_s, nv.beta_s_per_byte)
+               + cm.collective_time("all_gather", n_bytes, g, nv.alpha_s, nv.beta_s_per_byte))
+    shard = n_bytes / g
+    inter_s = cm.collective_time("all_reduce", shard, nodes, ib.alpha_s, ib.beta_s_per_byte)
+    sharp_inter_s = (2.0 * ib.alpha_s + shard * ib.beta_s_per_byte) if nodes > 1 else 0.0
+    hier_s, sharp_s = intra_s + inter_s, intra_s + sharp_inter_s
+    return {"gpus": gpus, "flat_steps": flat_steps, "flat_inter_steps": flat_inter_steps,
+            "flat_bandwidth_gbs": flat_bandwidth, "flat_s": flat_s, "flat_network_bytes_per_node": flat_bytes,
+            "intra_steps": 2.0 * (g - 1), "inter_steps": cm.all_reduce_features(shard, nodes)[0] if nodes > 1 else 0.0,
+            "shard_bytes": shard, "intra_s": intra_s, "inter_s": inter_s, "hier_s": hier_s,
+            "hier_network_bytes_per_gpu": cm.bytes_sent_per_rank("all_reduce", shard, nodes),
+            "hier_network_bytes_per_node": g * cm.bytes_sent_per_rank("all_reduce", shard, nodes),
+            "sharp_inter_s": sharp_inter_s, "sharp_s": sharp_s, "sharp_network_bytes_per_gpu": shard,
+            "flat_over_hier": flat_s / hier_s, "flat_over_sharp": flat_s / sharp_s,
+            "nvlink_alpha_us": nv.alpha_us, "ib_alpha_us": ib.alpha_us, "nvlink_gbs": nv.bandwidth_gbs,
+            "ib_gbs": ib.bandwidth_gbs}
+
+
+def ring_straggler(n_bytes: float, gpus: int, alpha_us: float, bandwidth_gbs: float, slow_bandwidth_gbs: float) -> dict:
+    """A ring all-reduce in which one link runs at ``slow_bandwidth_gbs``: every step is a lockstep exchange with the
+    neighbours, so each step lasts as long as its slowest transfer and the whole ring runs at the slow link's rate.
+    ``gpu_seconds_lost``: the extra time, paid by every GPU of the ring."""
+    alpha = alpha_us * US
+    healthy = cm.collective_time("all_reduce", n_bytes, gpus, alpha, 1.0 / (bandwidth_gbs * GB))
+    slowest = min(bandwidth_gbs, slow_bandwidth_gbs)
+    degraded = cm.collective_time("all_reduce", n_bytes, gpus, alpha, 1.0 / (slowest * GB))
+    return {"healthy_s": healthy, "degraded_s": degraded, "slowdown": degraded / healthy,
+            "gpu_seconds_lost": gpus * (degraded - healthy)}
+
+
+def moe_all_to_all(tokens: float, hidden: int, top_k: int, ep: int, tp: int = 1, gpus_per_node: int = 8,
+                   dispatch_bytes: float = 2, combine_bytes: float = 2) -> dict:
+    """The two all-to-alls of one MoE layer's forward pass (dispatch, then combine) against a TP all-reduce of the
+    same layer, per GPU, for a microbatch of ``tokens`` tokens held by each TP group (replicated on its tp GPUs).
+
+    Each token goes to its top-k experts: k copies of its hidden vector out (dispatch, ``dispatch_bytes`` per
+    element), k results back (combine). With uniform routing over ``ep`` expert-parallel GPUs a copy leaves its GPU
+    with probability (ep-1)/ep, and its node with probability (ep-g)/ep once the EP group spans nodes (g GPUs
+    per node). With TP > 1 each TP rank dispatches only its 1/tp of the tokens (sequence parallelism, which
+    Megatron-Core requires with EP and TP; DeepSpeed-TED's duplicate-token dropping), so the tokens are not
+    sent tp times. The backward pass repeats both all-to-alls in reverse.
+
+    Times, with cluster_model's links: the all-to-alls over NVLink while the EP group fits in a node, else bound
+    by the bytes leaving the node on the GPU's own NIC (the NVLink share runs at the same time, and is smaller
+    while NVLink's rate exceeds the NIC's by more than their byte ratio); the TP all-reduce over NVLink."""
+    nv, ib = cm.LINKS["nvlink4_h100"], cm.LINKS["ib_ndr400"]
+    per_token = top_k * hidden * (dispatch_bytes + combine_bytes)  # dispatch + combine, every copy
+    leaving = (ep - 1) / ep
+    off_node = max(0, ep - gpus_per_node) / ep
+    routed = tokens / tp  # tokens this GPU dispatches
+    sent = routed * per_token * leaving
+    network = routed * per_token * off_node
+    if ep <= gpus_per_node:
+        a2a_s = 2.0 * (ep - 1) * nv.alpha_s + sent * nv.beta_s_per_byte
+    else:
+        a2a_s = 2.0 * (ep - 1) * ib.alpha_s + max(network * ib.beta_s_per_byte, (sent - network) * nv.beta_s_per_byte)
+    ar_bytes = tokens * hidden * 2.0  # the layer's bf16 output, replicated on the TP group
+    tp_sent = cm.bytes_sent_per_rank("all_reduce", ar_bytes, tp)
+    tp_s = cm.collective_time("all_reduce", ar_bytes, tp, nv.alpha_s, nv.beta_s_per_byte)
+    return {"dispatch_bytes_per_token": top_k * hidden * dispatch_bytes,
+            "combine_bytes_per_token": top_k * hidden * combine_bytes, "alltoall_bytes_per_token": per_token * leaving,
+            "leaving_fraction": leaving, "off_node_fraction": off_node, "network_copies_per_token": top_k * off_node,
+            "network_bytes_per_token": per_token * off_node, "tokens_dispatched_per_gpu": routed,
+            "alltoall_bytes_per_gpu": sent, "network_bytes_per_gpu": network, "alltoall_s": a2a_s,
+            "tp_all_reduce_bytes_per_gpu": tp_sent, "tp_all_reduce_s": tp_s,
+            "alltoall_over_tp_all_reduce": sent / tp_sent if tp_sent > 0 else 0.0,  # 0: no TP all-reduce to compare with
+            "alltoall_time_over_tp_all_reduce": a2a_s / tp_s if tp_s > 0 else 0.0,
+            "nvlink_gbs": nv.bandwidth_gbs, "ib_gbs": ib.bandwidth_gbs}
+
+
 def datasheet(device: str) -> dict:
     from records import datasheets
 
@@ -171,7 +295,9 @@ def _cm_config(**fields) -> "cm.Config":
 
 FORMULAS = {"kv_cache": kv_cache, "training_memory": training_memory, "serving": serving,
             "all_reduce": all_reduce, "ridge_point": ridge_point, "training_days": training_days,
-            "pipeline_bubble": pipeline_bubble, "decode_intensity": arithmetic_intensity_decode}
+            "pipeline_bubble": pipeline_bubble, "decode_intensity": arithmetic_intensity_decode,
+            "all_reduce_algorithms": all_reduce_algorithms, "hierarchical_all_reduce": hierarchical_all_reduce,
+            "ring_straggler": ring_straggler, "moe_all_to_all": moe_all_to_all}
 
 # -- problems ---------------------------------------------------------------------------------------
 
@@ -235,6 +361,9 @@ INPUT_RULES = {
     "device": ("device",), "dtype": ("name",),
     "tokens": POSITIVE, "peak_tflops": POSITIVE, "mfu": FRACTION,
     "stages": _whole(1), "interleave": _whole(1),
+    "alpha_us": POSITIVE, "tree_bw_fraction": FRACTION, "nodes": _whole(1), "gpus_per_node": _whole(1),
+    "slow_bandwidth_gbs": POSITIVE, "top_k": _whole(1), "ep": _whole(1), "dispatch_bytes": POSITIVE,
+    "combine_bytes": POSITIVE,
 }
 
 
@@ -472,7 +601,8 @@ def fmt(value) -> str:
 
 
 def step_numbers(problem: Problem) -> dict:
-    """What a step line may name: every input and result, plus derived ones (name_gb is name / 1e9, ...)."""
+    """What a step line may name: every input and result, plus derived ones (name_gb is name / 1e9, name_mb
+    name / 1e6, ...)."""
     result = compute(problem)
     numbers = {}
     for source in (problem.inputs, result):
@@ -480,6 +610,7 @@ def step_numbers(problem: Problem) -> dict:
             numbers[k] = v
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 numbers[k + "_gb"] = v / GB
+                numbers[k + "_mb"] = v / 1e6
                 numbers[k + "_gib"] = v / GIB
                 numbers[k + "_ms"] = v * 1e3
                 numbers[k + "_us"] = v * 1e6
@@ -559,6 +690,8 @@ def render_problem(problem: Problem, number: int | None = None) -> str:
 
 
 SIZING_MARKER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s*\}\}")
+# a marker, with the indentation of its line when it stands alone on an indented line (group 1)
+SIZING_IN_TEXT = re.compile(r"(?:^( +)(?=\{\{[^\n]*\}\}[ \t]*$))?\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s*\}\}", re.M)
 
 
 def expand(markdown: str, page_src_uri: str = "page") -> str:
@@ -572,14 +705,21 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
     prefix = "../" * page_src_uri.count("/")
 
     def one(m: re.Match) -> str:
-        pid = m.group(1)
+        indent, pid = m.group(1), m.group(2)
         if pid not in problems:
-            raise ValueError(f"{page_src_uri}: {m.group(0)}: no problem {pid!r} in website/sizing_problems.toml")
+            raise ValueError(f"{page_src_uri}: {m.group(0).strip()}: no problem {pid!r} in website/sizing_problems.toml")
         counter[0] += 1
-        text = render_problem(problems[pid], counter[0])
-        return text.replace("](topics/", f"]({prefix}topics/")
+        text = render_problem(problems[pid], counter[0]).replace("](topics/", f"]({prefix}topics/")
+        if not indent:
+            return text
+        # alone on an indented line (inside a fold, as in a topic page's full answer): all of it at that depth,
+        # the heading as a bold line, so the fold stays whole and the page's table of contents gains no entry
+        heading, rest = text.split("\n", 1)
+        title = re.match(r"### (.*) \{ #([A-Za-z0-9_\-]+) \}$", heading)
+        text = f"**{title.group(1)}**\n{{ #{title.group(2)} }}\n{rest}"
+        return "\n".join(indent + line if line.strip() else "" for line in text.splitlines())
 
-    return transform_outside_code(markdown, lambda chunk: SIZING_MARKER.sub(one, chunk))
+    return transform_outside_code(markdown, lambda chunk: SIZING_IN_TEXT.sub(one, chunk))
 
 
 def markers_in(markdown: str) -> list[str]:
