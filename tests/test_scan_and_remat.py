@@ -33,6 +33,11 @@ def test_the_loop_program_grows_with_depth_and_scan_does_not(tiny):
     assert tiny["metrics"]["loop.jaxpr_equations"]["origin"] == "static"
     # unroll=2 at depth 4: a larger loop body than plain scan's
     assert ops[4, "lax.scan, unroll=2"] > ops[4, "lax.scan"]
+    # the stages timed apart: trace, lower and XLA's compile, each a one-shot time
+    for variant in ("loop", "scan", "scan_unroll"):
+        assert all(metric(tiny, f"{variant}.{stage}_s") > 0 for stage in ("trace", "lower", "compile"))
+    assert {"trace (s)", "lower (s)", "XLA compile (s)"} <= set(columns)
+    assert metric(tiny, "loop_over_scan.compile") > 0
 
 
 def test_remat_saves_bytes_and_keeps_the_gradients(tiny):
@@ -58,3 +63,9 @@ def test_custom_rules_are_finite_where_autodiff_is_nan(tiny):
     assert metric(tiny, "norm.custom_vjp_max_err") < 1e-6
     assert metric(tiny, "log1pexp.autodiff_nonfinite") > 0
     assert metric(tiny, "log1pexp.custom_jvp_max_err") < 1e-6
+    # the tutorial's rule: finite gradient, but its value overflows and x << 0 loses relative accuracy;
+    # jnp.logaddexp(x, 0) gets both right
+    assert checks["logaddexp.autodiff"]["passed"] and checks["logaddexp.autodiff"]["atol"] == 0
+    assert metric(tiny, "log1pexp.value_nonfinite") > 0 and metric(tiny, "logaddexp.value_nonfinite") == 0
+    assert metric(tiny, "log1pexp.custom_jvp_max_rel_err") > 0.5
+    assert metric(tiny, "logaddexp.autodiff_max_rel_err") < 1e-5

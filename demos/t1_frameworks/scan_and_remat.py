@@ -119,7 +119,9 @@ x = jnp.asarray(x_np)
 # For each depth L, each variant gets a fresh `jax.jit`, so its first call traces, lowers and has
 # XLA compile a program for that L (the process's one-time XLA start-up is paid before, by a
 # trivial jit). The first call's output is checked against the NumPy float64 stack, then the
-# steady state is timed. The jaxpr and the StableHLO are counted from the same functions.
+# steady state is timed. The stages are then timed apart, each once: trace (Python to jaxpr), lower
+# (jaxpr to StableHLO) and XLA's compile, on a fresh function (a new `jax.jit` of the same one would
+# reuse its cached trace and compiled program). The jaxpr and the StableHLO are counted there.
 # `unroll=` makes scan put that many copies of the body in each loop iteration: fewer iterations,
 # a larger body to compile.
 
@@ -130,7 +132,8 @@ VARIANTS = {
     "scan": ("lax.scan", stack_scan),
     "scan_unroll": (f"lax.scan, unroll={UNROLL}", lambda p, x: stack_scan(p, x, unroll=UNROLL)),
 }
-first_call, steady, jaxpr_eqns, hlo_ops, outputs = {}, {}, {}, {}, {}
+first_call, steady, stage_s, jaxpr_eqns, hlo_ops, outputs = {}, {}, {}, {}, {}, {}
+STAGES = ("trace", "lower", "compile")
 for depth in DEPTHS:
     p = {k: jnp.asarray(v) for k, v in make_params(depth, run.options.seed + depth).items()}
     reference = to_torch(numpy_stack({k: np.asarray(v) for k, v in p.items()}, x_np))
@@ -140,9 +143,14 @@ for depth in DEPTHS:
         run.check_close(f"{variant}.depth{depth}", to_torch(outputs[variant]), reference, rtol=1e-4, atol=1e-4,
                         reference_name="NumPy float64 stack")
         steady[variant, depth] = run.time(lambda: jax.block_until_ready(jitted(p, x)), flush=False)
-        jaxpr_eqns[variant, depth] = jaxpr_equations(jax.make_jaxpr(fn)(p, x).jaxpr)
-        hlo_ops[variant, depth] = len(re.findall(r"= stablehlo\.\w+", jitted.lower(p, x).as_text()))
-        run.log(f"  L={depth:4d} {variant:12s} first call {first_call[variant, depth]:7.3f} s, steady "
+        staged = jax.jit(lambda p, x, fn=fn: fn(p, x))  # a new function: nothing cached for it
+        traced, stage_s[variant, depth, "trace"] = run.first_call(lambda: staged.trace(p, x))
+        lowered, stage_s[variant, depth, "lower"] = run.first_call(traced.lower)
+        _, stage_s[variant, depth, "compile"] = run.first_call(lowered.compile)
+        jaxpr_eqns[variant, depth] = jaxpr_equations(traced.jaxpr.jaxpr)
+        hlo_ops[variant, depth] = len(re.findall(r"= stablehlo\.\w+", lowered.as_text()))
+        run.log(f"  L={depth:4d} {variant:12s} first call {first_call[variant, depth]:7.3f} s ("
+                + ", ".join(f"{s} {stage_s[variant, depth, s]:.3f}" for s in STAGES) + "), steady "
                 f"{steady[variant, depth].median_s * 1e3:8.3f} ms, jaxpr {jaxpr_eqns[variant, depth]:5d} eqns, "
                 f"StableHLO {hlo_ops[variant, depth]:5d} ops")
     run.check_close(f"scan_vs_loop.depth{depth}", to_torch(outputs["scan"]), to_torch(outputs["loop"]),
@@ -150,9 +158,8 @@ for depth in DEPTHS:
                     reference_name="the Python loop under jit")
 
 deep, shallow = DEPTHS[-1], DEPTHS[0]
-run.check("scan.program_size_constant", jaxpr_eqns["scan", deep] == jaxpr_eqns["scan", shallow],
-          f"scan's jaxpr has {jaxpr_eqns['scan', shallow]} equations at L={shallow} and "
-          f"{jaxpr_eqns['scan', deep]} at L={deep}")
+run.check("scan.program_size_constant", len({jaxpr_eqns["scan", d] for d in DEPTHS}) == 1,
+          "scan's jaxpr equations at L = " + ", ".join(f"{d}: {jaxpr_eqns['scan', d]}" for d in DEPTHS))
 run.check("loop.program_size_grows", jaxpr_eqns["loop", deep] >= deep / shallow / 2 * jaxpr_eqns["loop", shallow],
           f"the loop's jaxpr has {jaxpr_eqns['loop', shallow]} equations at L={shallow} and "
           f"{jaxpr_eqns['loop', deep]} at L={deep}")
@@ -228,8 +235,10 @@ if any(f is None for f in flops.values()):
 # (1 / (2 * 0) = inf) by 2x = 0: nan. A `custom_vjp` saves (x, norm) as residuals in its forward
 # and returns `g * x / norm` in its backward, 0 at the origin (the smallest subgradient).
 # `log(1 + exp(x))` has the gradient `exp(x) / (1 + exp(x))`, which autodiff evaluates as
-# inf / inf = nan once exp(x) overflows float32 (x > 88.7); a `custom_jvp` states it as
-# `1 - 1 / (1 + exp(x))`. References: the analytic gradients in NumPy float64.
+# (1 / (1 + exp(x))) * exp(x) = 0 * inf = nan once exp(x) overflows float32 (x > 88.7); a `custom_jvp` states it as
+# `1 - 1 / (1 + exp(x))` (the JAX tutorial's `log1pexp`). Its value still overflows, and the rule
+# loses relative accuracy where exp(x) is tiny; `jnp.logaddexp(x, 0)` (`jax.nn.softplus`) is the
+# library's stable form, shown beside it. References: NumPy float64.
 
 # %%
 @jax.custom_vjp
@@ -279,9 +288,13 @@ run.check_wrong("norm.autodiff_at_zero", not np.isfinite(auto_norm_grad[0]).any(
 xs = np.array([-30.0, -5.0, 0.0, 3.0, 50.0, 89.0, 100.0], np.float32)
 auto_sp_grad = np.asarray(jax.vmap(jax.grad(lambda v: jnp.log(1.0 + jnp.exp(v))))(jnp.asarray(xs)))
 custom_sp_grad = np.asarray(jax.vmap(jax.grad(log1pexp))(jnp.asarray(xs)))
+lae_sp_grad = np.asarray(jax.vmap(jax.grad(lambda v: jnp.logaddexp(v, 0.0)))(jnp.asarray(xs)))
 sp_reference = 1.0 / (1.0 + np.exp(-xs.astype(np.float64)))  # the sigmoid, in float64
 run.check_close("log1pexp.custom_jvp", to_torch(custom_sp_grad), to_torch(sp_reference),
                 rtol=1e-5, atol=1e-6, reference_name="float64 sigmoid")
+run.check_close("logaddexp.autodiff", to_torch(lae_sp_grad), to_torch(sp_reference), rtol=1e-5, atol=0,
+                reference_name="float64 sigmoid, relative error only")
+sp_values = {"log1pexp": np.asarray(log1pexp(jnp.asarray(xs))), "logaddexp": np.asarray(jnp.logaddexp(xs, 0.0))}
 run.check_wrong("log1pexp.autodiff_large_x", not np.isfinite(auto_sp_grad[xs > 88.7]).any(),
                 f"autodiff's gradient at x = {xs[xs > 88.7].tolist()}: {auto_sp_grad[xs > 88.7].tolist()}")
 
@@ -293,11 +306,12 @@ rows = []
 for depth in DEPTHS:
     for variant, (label, _) in VARIANTS.items():
         t = steady[variant, depth]
-        rows.append([depth, label, round(first_call[variant, depth], 3), round(t.median_s * 1e3, 3),
+        rows.append([depth, label, round(first_call[variant, depth], 3),
+                     *(round(stage_s[variant, depth, s], 3) for s in STAGES), round(t.median_s * 1e3, 3),
                      f"{t.p10_s * 1e3:.3f}-{t.p90_s * 1e3:.3f}", jaxpr_eqns[variant, depth], hlo_ops[variant, depth]])
 run.table("scan_vs_loop", f"A stack of L blocks ({B}x{D}, hidden {H}, float32), forward under jax.jit",
-          ["depth L", "variant", "first call (s)", "steady call (ms)", "p10-p90 (ms)", "jaxpr equations",
-           "StableHLO ops"], rows)
+          ["depth L", "variant", "first call (s)", "trace (s)", "lower (s)", "XLA compile (s)", "steady call (ms)",
+           "p10-p90 (ms)", "jaxpr equations", "StableHLO ops"], rows)
 loop_over_scan = first_call["loop", deep] / first_call["scan", deep]
 compared = ("about as slow as" if 1 / TITLE_TIE < loop_over_scan < TITLE_TIE
             else f"{fmt_speedup_words(1 / loop_over_scan)} than")
@@ -311,6 +325,9 @@ for variant, (label, _) in VARIANTS.items():
                label=f"{label}: first-call time (trace, compile, run) at depth {deep}")
     run.metric(f"{variant}.first_call_growth", first_call[variant, deep] / first_call[variant, shallow], "x",
                label=f"{label}: first-call time at depth {deep} over depth {shallow}")
+    for stage in STAGES:
+        run.metric(f"{variant}.{stage}_s", stage_s[variant, deep, stage], "s",
+                   label=f"{label}: {stage} time at depth {deep}, timed apart on a fresh function")
     run.metric(f"{variant}.step_ms", steady[variant, deep].median_s * 1e3, "ms",
                label=f"{label}: steady-state forward time at depth {deep}")
     run.metric(f"{variant}.jaxpr_equations", jaxpr_eqns[variant, deep], "equations", origin="static",
@@ -319,6 +336,8 @@ for variant, (label, _) in VARIANTS.items():
                label=f"{label}: StableHLO operations at depth {deep}")
 run.metric("loop_over_scan.first_call", loop_over_scan, "x",
            label=f"first-call time at depth {deep}: the Python loop over lax.scan")
+run.metric("loop_over_scan.compile", stage_s["loop", deep, "compile"] / stage_s["scan", deep, "compile"], "x",
+           label=f"XLA compile time at depth {deep}: the Python loop over lax.scan")
 run.metric("scan_over_loop.step", steady["scan", deep].median_s / steady["loop", deep].median_s, "x",
            label=f"steady-state forward time at depth {deep}: lax.scan over the Python loop")
 
@@ -351,12 +370,12 @@ run.table("remat", f"Loss + grad of the scan at depth {deep}: XLA's memory analy
            "p10-p90 (ms)", "dots in compiled HLO", "XLA flop count (M)"], remat_rows)
 
 run.table("custom_derivatives", "Gradients where autodiff fails: autodiff, the custom rule, the float64 reference",
-          ["function", "point", "autodiff", "custom rule", "float64 reference"],
-          [["norm (custom_vjp)", where, *(f"{float(g):.7g}" for g in grads_at)] for where, grads_at in
+          ["function", "point", "autodiff", "custom rule", "float64 reference", "jnp.logaddexp(x, 0), autodiff"],
+          [["norm (custom_vjp)", where, *(f"{float(g):.7g}" for g in grads_at), None] for where, grads_at in
            (("x = 0, first entry", (auto_norm_grad[0, 0], custom_norm_grad[0, 0], norm_reference[0, 0])),
             ("x random, first entry", (auto_norm_grad[1, 0], custom_norm_grad[1, 0], norm_reference[1, 0])))]
-          + [["log(1 + exp(x)) (custom_jvp)", f"x = {v:g}", *(f"{float(g):.7g}" for g in (a, c, r))]
-             for v, a, c, r in zip(xs, auto_sp_grad, custom_sp_grad, sp_reference)])  # as text: nan is no JSON number
+          + [["log(1 + exp(x)) (custom_jvp)", f"x = {v:g}", *(f"{float(g):.7g}" for g in (a, c, r, e))]
+             for v, a, c, r, e in zip(xs, auto_sp_grad, custom_sp_grad, sp_reference, lae_sp_grad)])  # nan: text
 run.metric("norm.autodiff_nonfinite_at_zero", float(np.mean(~np.isfinite(auto_norm_grad[0]))), "fraction",
            label="autodiff gradient of the norm at the origin: fraction of entries nan or inf")
 run.metric("norm.custom_vjp_nonfinite", float(np.mean(~np.isfinite(custom_norm_grad))), "fraction",
@@ -367,4 +386,10 @@ run.metric("log1pexp.autodiff_nonfinite", float(np.mean(~np.isfinite(auto_sp_gra
            label=f"autodiff gradient of log(1 + exp(x)) at {len(xs)} points: fraction nan or inf")
 run.metric("log1pexp.custom_jvp_max_err", float(np.abs(custom_sp_grad - sp_reference).max()), "abs",
            label="custom_jvp gradient of log(1 + exp(x)): largest distance from the float64 sigmoid")
+for name, grad_at in (("log1pexp.custom_jvp", custom_sp_grad), ("logaddexp.autodiff", lae_sp_grad)):
+    run.metric(f"{name}_max_rel_err", float((np.abs(grad_at - sp_reference) / sp_reference).max()), "relative",
+               label=f"{name} gradient: largest relative distance from the float64 sigmoid")
+for name, value in sp_values.items():
+    run.metric(f"{name}.value_nonfinite", float(np.mean(~np.isfinite(value))), "fraction",
+               label=f"{name}'s value at {len(xs)} points (float32): fraction inf or nan")
 run.save()
