@@ -71,3 +71,27 @@ def test_notebook_cells_are_top_level():
                  "demos/t3_compiler/graph_passes.py"):
         cells = jupytext.read(REPO / demo).cells
         assert cells and not [c.source[:40] for c in cells if c.source[:1].isspace()], demo
+
+
+def test_fatbin_holds_two_sass_images_and_one_ptx(tiny):
+    m = {k: v["value"] for k, v in tiny["metrics"].items()}
+    if "fatbin.bytes" not in m:
+        pytest.skip("no nvcc here: " + str(tiny["not_run"]))
+    assert {c["name"] for c in tiny["checks"]} >= {"fatbin.entries", "fatbin.ptx_target", "fatbin.ptx_isa"}
+    assert m["fatbin.sass_sm_80.bytes"] > 0 and m["fatbin.sass_sm_90.bytes"] > 0 and m["fatbin.ptx.bytes"] > 0
+    assert m["fatbin.sass_sm_80.instructions"] > 5 and m["fatbin.sass_sm_90.instructions"] > 5
+    assert all(v["origin"] == "static" for k, v in tiny["metrics"].items() if k.startswith("fatbin."))
+    loads = dict(next(t for t in tiny["tables"] if t["name"] == "fatbin_loader")["rows"])
+    assert loads["A10 (8.6)"].startswith("SASS sm_80") and loads["H100, H200 (9.0)"] == "SASS sm_90"
+    assert loads["B200 (10.0)"].startswith("PTX compute_90") and loads["T4 (7.5)"].startswith("nothing")
+
+
+def test_loader_rule():
+    from demos.t2_pipeline import _fatbin as fb
+
+    entries = [fb.Entry("ELF", "sm_80", 1, ""), fb.Entry("ELF", "sm_90", 1, ""), fb.Entry("PTX", "sm_90", 1, "")]
+    assert fb.loaded_by(entries, (8, 9)).startswith("SASS sm_80")  # same major, older minor
+    assert fb.loaded_by(entries, (9, 0)) == "SASS sm_90"
+    assert fb.loaded_by(entries, (12, 0)).startswith("PTX compute_90")  # newer major: only the PTX fits
+    assert fb.loaded_by(entries[:2], (10, 0)).startswith("nothing")  # no PTX, no SASS of major 10
+    assert fb.capability("sm_120") == (12, 0) and fb.ptx_isa(".version 9.0\n.target sm_90") == 9.0

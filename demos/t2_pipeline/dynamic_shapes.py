@@ -161,4 +161,143 @@ run.metric("static_over_dynamic.compiles", results["static"]["compiles"] / resul
 run.metric("static_over_dynamic.first_pass", results["static"]["first_pass_s"] / results["dynamic"]["first_pass_s"], "x",
            label="first-pass time (compiles included), static / dynamic")
 
+# %% [markdown]
+# ## When the data sets the size: unbacked symbols
+#
+# So far every size came from an input's shape. Here the requests arrive as one padded batch with a lengths
+# tensor, and the code trims the batch to its longest real sequence: `n = lens.max().item()`, a size that
+# comes from a tensor's *value*. Tracing cannot know it, so a captured graph holds it as an **unbacked**
+# symbol (`u0`), with no example value behind it. A second function keeps only the real tokens with a
+# boolean mask (a `nonzero` underneath), whose row count is unbacked in the same way.
+#
+# By default Dynamo breaks the graph at `.item()` and at the mask, and the code after the break sees a
+# plain Python int or a concrete size, which it specializes on and then recompiles for. The flags
+# `capture_scalar_outputs` and `capture_dynamic_output_shape_ops` keep both in the graph. Code that
+# then needs a fact about `u0` that no input decides (here, inside attention, whether the sequence is
+# empty) cannot go on; `torch._check(n >= 1)` states the fact, records it as a run-time assertion, and
+# tracing goes on. The graphs below go to a backend that records them and runs them as they are (no
+# Inductor), so the counts are Dynamo's; then Inductor compiles the checked version once, and
+# `torch.export` is tried with and without the check.
+
+# %%
+padded = torch.randn(batch, max(lengths), width, device=device, dtype=dtype)
+lens = {t: t - torch.arange(batch, device=device) % 2 for t in lengths}  # the longest row of request t has t tokens
+masks = {t: torch.arange(max(lengths), device=device) < lens[t][:, None] for t in lengths}
+
+
+def trim_and_run(x, lens):
+    n = lens.max().item()  # the longest real sequence: a size read from the data
+    return block(x[:, :n])
+
+
+def trim_and_run_checked(x, lens):
+    n = lens.max().item()
+    torch._check(n >= 1)  # a fact the tracer cannot prove: no batch is empty (checked at run time)
+    return block(x[:, :n])
+
+
+def real_tokens_mlp(x, mask):
+    tokens = x.reshape(-1, x.shape[-1])[mask.reshape(-1)]  # only the real tokens: (u0, width)
+    return tokens + block.mlp(tokens)
+
+
+captured: list[str] = []
+
+
+def recording(gm, example_inputs):
+    """Record a graph Dynamo hands over (its non-parameter inputs and unbacked symbols); run it as it is."""
+    shown, unbacked = [], set()
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if node.op == "placeholder" and not isinstance(value, torch.nn.Parameter):
+            shown.append(str(tuple(value.shape)) if isinstance(value, torch.Tensor) else str(value))
+        if isinstance(value, torch.SymInt) and str(value).startswith("u"):
+            unbacked.add(str(value))
+    captured.append(" ".join(shown) + (f" [unbacked {', '.join(sorted(unbacked))}]" if unbacked else ""))
+    return gm.forward
+
+
+CASES = {  # key: (function, its inputs per length, Dynamo config, what the table says)
+    "item_default": (trim_and_run, lens, {}, "`.item()` as a size, default"),
+    "item_captured": (trim_and_run, lens, {"capture_scalar_outputs": True}, "`.item()`, capture_scalar_outputs"),
+    "item_checked": (trim_and_run_checked, lens, {"capture_scalar_outputs": True},
+                     "`.item()`, capture_scalar_outputs + torch._check(n >= 1)"),
+    "mask_default": (real_tokens_mlp, masks, {}, "boolean mask, default"),
+    "mask_captured": (real_tokens_mlp, masks, {"capture_dynamic_output_shape_ops": True},
+                      "boolean mask, capture_dynamic_output_shape_ops"),
+}
+dd_rows = []
+with torch.no_grad():
+    for key, (fn, second, config, what) in CASES.items():
+        torch._dynamo.reset()
+        captured.clear()
+        with torch._dynamo.config.patch(**config):
+            compiled = torch.compile(fn, backend=recording)
+            for t in lengths:
+                run.check_close(f"data_dependent.{key}.seq{t}", compiled(padded, second[t]), fn(padded, second[t]),
+                                rtol=1e-6, atol=1e-6, reference_name="the same function, eager")
+        run.metric(f"data_dependent.{key}.compiles", len(captured), "compiles",
+                   label=f"{what}: Dynamo graphs compiled over {len(lengths)} lengths")
+        dd_rows.append([what, len(captured), "; ".join(captured)])
+run.table("data_dependent", f"Sizes read from data, lengths {lengths} in one padded batch: Dynamo's graphs "
+          "(recorded, not compiled by Inductor)", ["function and setting", "compiles", "graph inputs per compile"],
+          dd_rows)
+
+torch._dynamo.reset()
+compiles.clear()
+with torch.no_grad(), torch._dynamo.config.patch(capture_scalar_outputs=True):
+    compiled = torch.compile(trim_and_run_checked, backend=counting_inductor)
+    for t in lengths:
+        run.check_close(f"data_dependent.inductor.seq{t}", compiled(padded, lens[t]),
+                        reference_forward(block, padded[:, :t]), **TOLERANCE)
+run.check("data_dependent.inductor.one_compile", len(compiles) == 1,
+          f"Inductor compiled the checked version {len(compiles)} time(s) for {len(lengths)} lengths: {compiles}")
+
+# %% [markdown]
+# `torch.export` has no graph break to fall back on: without the check it raises, naming the expression
+# it could not decide; with it, the exported program carries the assertion, and a batch that breaks it
+# fails at run time instead of computing something else.
+
+# %%
+class Wrapped(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn, self.block = fn, block  # the block registered, so its weights export as parameters
+
+    def forward(self, x, second):
+        return self.fn(x, second)
+
+
+first = lengths[0]
+with torch.no_grad():
+    try:
+        torch.export.export(Wrapped(trim_and_run), (padded, lens[first]))
+        refused = "no error"
+    except Exception as err:  # GuardOnDataDependentSymNode, raised from inside the traced code
+        refused = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+    run.check("export.unchecked_refused", "data-dependent" in refused, refused[:240])
+    exported = torch.export.export(Wrapped(trim_and_run_checked), (padded, lens[first]))
+    item = next(n for n in exported.graph.nodes if n.target == torch.ops.aten.item.default)
+    run.check("export.unbacked_symbol", str(item.meta["val"]).startswith("u"), f".item() traced as {item.meta['val']}")
+    asserts = [n for n in exported.graph.nodes if n.target == torch.ops.aten._assert_scalar.default]
+    run.metric("data_dependent.export.runtime_asserts", len(asserts), "nodes",
+               label="run-time assertions in the exported program (torch._check and the ops' own)")
+    for t in lengths:
+        run.check_close(f"export.checked.seq{t}", exported.module()(padded, lens[t]),
+                        reference_forward(block, padded[:, :t]), **TOLERANCE)
+    try:
+        exported.module()(padded, torch.zeros_like(lens[first]))
+        violated = "no error"
+    except Exception as err:  # the torch._check, now a run-time assertion
+        violated = f"{type(err).__name__}: {str(err).strip().splitlines()[0]}"
+    run.check("export.assertion_fires", "Runtime assertion failed" in violated, f"an empty batch: {violated[:200]}")
+    masked = torch.export.export(Wrapped(real_tokens_mlp), (padded, masks[first]))
+    last = masks[lengths[-1]]  # exported with the first length's mask, run with the last one's
+    run.check_close("export.mask", masked.module()(padded, last), real_tokens_mlp(padded, last), rtol=1e-6, atol=1e-6,
+                    reference_name="the same function, eager (no torch._check needed)")
+code = exported.graph_module.code.strip().splitlines()
+run.artifact("data_dependent_export", f"torch.export without torch._check:\n  {refused[:400]}\n\n"
+             "with torch._check(n >= 1), the exported graph's first lines:\n" + "\n".join(line[:160] for line in code[:10]) +
+             f"\n... ({len(code) - 10} more lines)\n\nan empty batch at run time:\n  {violated[:300]}")
+
 run.save()

@@ -145,6 +145,61 @@ if sass is not None:
                  + low.excerpt("\n".join(body), 40))
 
 # %% [markdown]
+# ### What ships: a fat binary with SASS for each target and PTX for the rest
+#
+# A CUDA library ships its kernels as a *fatbin*: a cubin (SASS) for each real architecture it was built for,
+# and usually the PTX of one virtual architecture. At load time the driver takes SASS built for the GPU's major
+# version and a minor version no newer than the GPU's; failing that it JIT-compiles the PTX, if the GPU is at
+# least that PTX's architecture, and caches the result on disk. Here `nvcc` builds a small kernel (`axpy`) with
+# `-gencode` for sm_80 and sm_90 SASS and compute_90 PTX, and `cuobjdump` lists and extracts what the fatbin holds.
+# Static analysis: nothing runs, and the table of which entry each GPU would load applies the CUDA Programming
+# Guide's compatibility rules to these entries.
+
+# %%
+from demos.t2_pipeline import _fatbin as fb  # noqa: E402
+
+
+def body_of(entry):
+    """A cubin entry's SASS instructions, NOP padding left out."""
+    return [i for i in low.sass_instructions(entry.text) if not i.startswith("NOP")]
+
+
+try:
+    fat = fb.build(low.triton_tool("cuobjdump"))
+except Exception as err:  # no nvcc or cuobjdump on this machine
+    fat = None
+    run.not_run("nvcc fat binary (sm_80 and sm_90 SASS, compute_90 PTX)", f"{type(err).__name__}: {str(err)[:200]}")
+if fat is not None:
+    elves = [e for e in fat.entries if e.kind == "ELF"]
+    ptx = [e for e in fat.entries if e.kind == "PTX"]
+    run.check("fatbin.entries",
+              sorted(e.arch for e in elves) == ["sm_80", "sm_90"] and [e.arch for e in ptx] == ["sm_90"],
+              fat.listing.replace("\n", "; "))
+    run.check("fatbin.ptx_target", ".target sm_90" in ptx[0].text and ".entry axpy" in ptx[0].text,
+              "the PTX entry is axpy's PTX for compute_90")
+    run.metric("fatbin.bytes", fat.bytes, "B", label=f"the fatbin (nvcc {fat.nvcc_release}), all entries",
+               origin="static")
+    for e in elves:
+        run.metric(f"fatbin.sass_{e.arch}.bytes", e.bytes, "B", label=f"extracted: the {e.arch} cubin", origin="static")
+        run.metric(f"fatbin.sass_{e.arch}.instructions", len(body_of(e)), "instructions",
+                   label=f"axpy's SASS for {e.arch} (NOP padding left out)", origin="static")
+    run.metric("fatbin.ptx.bytes", ptx[0].bytes, "B", label="extracted: the compute_90 PTX (text)", origin="static")
+    isa = fb.ptx_isa(ptx[0].text)
+    run.check("fatbin.ptx_isa", isa is not None, f"the PTX declares ISA version {isa}")
+    run.metric("fatbin.ptx_isa", isa, "value", label="the PTX ISA version the PTX declares (.version)", origin="static")
+    run.table("fatbin_entries", f"What the fatbin holds (cuobjdump --list-elf --list-ptx; nvcc {fat.nvcc_release})",
+              ["entry", "architecture", "bytes (extracted)", "SASS instructions (no NOPs)"],
+              [[e.kind, e.arch if e.kind == "ELF" else "compute_90", e.bytes,
+                len(body_of(e)) if e.kind == "ELF" else "-"] for e in fat.entries])
+    gpus = {"T4 (7.5)": (7, 5), "A100 (8.0)": (8, 0), "A10 (8.6)": (8, 6), "L4, L40S (8.9)": (8, 9),
+            "H100, H200 (9.0)": (9, 0), "B200 (10.0)": (10, 0), "RTX PRO 6000 Blackwell (12.0)": (12, 0)}
+    run.table("fatbin_loader", "Which entry each GPU would load, by the CUDA compatibility rules (computed, not run)",
+              ["GPU (compute capability)", "loads"], [[g, fb.loaded_by(fat.entries, cc)] for g, cc in gpus.items()])
+    run.artifact("fatbin", f"$ cuobjdump --list-elf --list-ptx axpy.fatbin\n{fat.listing}\n\n" + "\n\n".join(
+        f"// SASS for {e.arch}:\n" + low.excerpt("\n".join(body_of(e)), 14) for e in elves)
+        + "\n\n// PTX (compute_90):\n" + low.excerpt(low.without_locations(ptx[0].text), 30))
+
+# %% [markdown]
 # ### What the CPU back end emits for the same fusion
 #
 # Inductor lowers the same `gelu(x + b)` to C++ with vector intrinsics on a CPU (and to a Triton kernel
