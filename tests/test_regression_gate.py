@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 from conftest import REPO, demo_record
 
@@ -75,3 +76,42 @@ def test_record_gate_verdicts_on_the_fixture():
     broken = json.loads(FIXTURE.read_text())
     broken["checks"][0]["passed"] = False
     assert _gate.overall(_gate.gate_record(broken, **POLICY)) == _gate.BLOCK
+
+
+def test_cusum_accumulates_a_small_step_that_no_single_run_shows():
+    z = np.zeros((1, 40))
+    z[0, 20:] = 1.0  # one sigma slower from run 20: no single run is far out
+    stat = _gate.cusum(z, k=0.5, clip=3.0)
+    assert stat[0, :20].max() == 0.0 and stat[0, -1] == pytest.approx(10.0)  # 0.5 per run after the step
+    assert _gate.cusum_start(stat[0], int(np.argmax(stat[0] > 4))) == 20  # it also says where the step began
+    outlier = np.zeros((1, 5))
+    outlier[0, 2] = 50.0  # one wild run adds at most the clip
+    assert _gate.cusum(outlier, k=0.5, clip=3.0).max() == pytest.approx(2.5)
+    assert _gate.cusum(outlier, k=0.5).max() == pytest.approx(49.5)
+    two = np.array([[50.0], [50.0]])
+    assert _gate.cusum(two, k=0.0, clip=np.array([1.0, 2.0]))[:, 0].tolist() == [1.0, 2.0]  # one clip per row
+
+
+def test_alarm_rates_count_false_alarms_misses_and_delays():
+    alarms = np.array([[False, True, False, False],  # alarm before the step (false), none after: a miss
+                       [False, False, False, True],  # caught one run after the step
+                       [False, False, False, False]])  # a miss
+    fa, miss, delays = _gate.alarm_rates(alarms, change=2)
+    assert fa == pytest.approx(1 / 3) and miss == pytest.approx(2 / 3) and delays.tolist() == [1]
+    logs, sigma = _gate.standardise(np.array([[0.0, 0.1, -0.1, 0.5]]), reference=3)
+    assert logs.tolist() == [[0.5]] and sigma[0] == pytest.approx(1.4826 * 0.1)
+
+
+@pytest.mark.slow
+def test_change_point_detector_against_per_run_rules(tiny_record):
+    m = {k: v["value"] for k, v in tiny_record["metrics"].items()}
+    # calibrated on separate A/A histories to 5% false alarms; evaluated on fresh ones
+    assert m["changepoint.cusum.false_alarm_rate"] <= 0.1
+    assert m["changepoint.per_run_calibrated.false_alarm_rate"] <= 0.1
+    assert m["changepoint.cusum.miss_rate"] < m["changepoint.per_run_calibrated.miss_rate"]
+    assert m["changepoint.fixed_5pct.false_alarm_rate"] > m["changepoint.cusum.false_alarm_rate"]
+    assert m["changepoint.cusum.miss_rate"] <= m["changepoint.cusum_unclipped.miss_rate"]  # clipping helps here
+    assert 0 <= m["changepoint.cusum.median_delay"] <= 30
+    assert tiny_record["metrics"]["changepoint.cusum.miss_rate"]["origin"] == "computed"
+    rows = next(t for t in tiny_record["tables"] if t["name"] == "changepoint")["rows"]
+    assert [r[0] for r in rows] == ["fixed 5%", "per-run, calibrated", "CUSUM", "CUSUM, not clipped"]

@@ -1,7 +1,8 @@
 """A noise-aware performance gate: the statistics (pure functions) and the rules for records.
 
 Two gates, one idea: compare ratios measured in the same run, never absolute numbers measured on
-different days or machines.
+different days or machines; and, where runs cannot be paired (a nightly history), a detector that pools
+evidence over runs instead of judging each alone.
 
 1. **Kernel gate** (baseline vs candidate, both timed in one process): time them in interleaved
    pairs, take the median of the per-pair log ratios, and fail the candidate when that median
@@ -17,6 +18,9 @@ different days or machines.
    quarantined: blocked here, refused by the check); and, against a baseline, each metric's fraction of
    its ceiling (which does not depend on the GPU model the way an absolute GB/s does) not lower by
    more than the block threshold.
+3. **Change points in a history** (nightly runs, one point each, nothing to interleave with): a one-sided CUSUM
+   of each run standardised by the A/A noise of the history's first runs, its runs clipped so one outlier cannot
+   raise the alarm alone; where it says the shift began; and the false-alarm / miss / delay bookkeeping.
 """
 
 from __future__ import annotations
@@ -117,3 +121,42 @@ def gate_record(rec: dict, baseline: dict | None = None, *, drift_max: float, wa
 def overall(findings: list[Finding]) -> str:
     verdicts = {f.verdict for f in findings}
     return BLOCK if BLOCK in verdicts else WARN if WARN in verdicts else PASS
+
+
+# -- change points in a performance history ----------------------------------------------------------------
+def standardise(history: np.ndarray, reference: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each history (one per row, log latency per run) against its own first ``reference`` runs, the A/A runs of
+    unchanged code: returns (the later runs' log ratio to the reference median, the reference's robust sigma)."""
+    ref = history[:, :reference]
+    centre = np.median(ref, axis=1, keepdims=True)
+    sigma = np.maximum(MAD_TO_SIGMA * np.median(np.abs(ref - centre), axis=1), 1e-12)
+    return history[:, reference:] - centre, sigma
+
+
+def cusum(z: np.ndarray, k, clip=None) -> np.ndarray:
+    """One-sided (upward) CUSUM per row of standardised runs: S_t = max(0, S_(t-1) + z_t - k), k half the shift to
+    detect (one number, or one per row). ``clip`` (one number, or one per row) caps each run at +-clip, so one
+    outlier run cannot raise the alarm alone (a robust CUSUM); None leaves the runs as they are."""
+    if clip is not None:
+        c = np.asarray(clip, dtype=float).reshape(-1, 1)
+        z = np.clip(z, -c, c)
+    s, out = np.zeros(z.shape[0]), np.empty_like(z)
+    for t in range(z.shape[1]):
+        s = np.maximum(0.0, s + z[:, t] - k)
+        out[:, t] = s
+    return out
+
+
+def alarm_rates(alarms: np.ndarray, change: int) -> tuple[float, float, np.ndarray]:
+    """Alarms per run (rows: histories) with a step at column ``change``: (false-alarm rate, the share of histories
+    that alarm before the step; miss rate, the share with no alarm from the step on; each detected history's delay,
+    runs from the step to its first alarm there)."""
+    after = alarms[:, change:]
+    detected = after.any(axis=1)
+    return float(alarms[:, :change].any(axis=1).mean()), float(1 - detected.mean()), np.argmax(after, axis=1)[detected]
+
+
+def cusum_start(stat: np.ndarray, alarm_at: int) -> int:
+    """Where a CUSUM that alarmed at ``alarm_at`` says the shift began: the run after its statistic was last 0."""
+    zeros = np.flatnonzero(stat[:alarm_at] == 0)
+    return int(zeros[-1] + 1) if zeros.size else 0

@@ -12,7 +12,9 @@
 #
 # Then the gate is itself measured: how often it fails an unchanged kernel (false alarm), and how
 # often it passes a kernel made 10% slower by 10% more work (miss). The second half applies the
-# same idea to result records: this project's CPU records, and a GPU-shaped fixture record.
+# same idea to result records: this project's CPU records, and a GPU-shaped fixture record. The last part
+# turns to nightly histories, which cannot be interleaved: a change-point detector (CUSUM) against per-run
+# thresholds, on synthetic histories with this machine's run-to-run noise.
 
 # %%
 import json
@@ -204,11 +206,13 @@ def policy(device_class: str) -> dict:
     return dict(drift_max=plausibility.drift_max(device_class), warn_drop=WARN_DROP, block_drop=BLOCK_DROP)
 
 
-rows, drifts, verdicts = [], [], {}
+rows, drifts, verdicts, repeat_logs = [], [], {}, []
 for rec in INPUTS.records("cpu", exclude="regression_gate").values():  # not this demo's own previous record
     findings = _gate.gate_record(rec, **policy("cpu"))
     verdicts[rec["demo"]] = _gate.overall(findings)
     drift = _gate.ceiling_drift(rec)
+    repeat_logs += [float(np.log(c["samples"][0] / c["samples"][1])) for c in rec["ceilings"].values()
+                    if len(c.get("samples", [])) == 2 and min(c["samples"]) > 0]  # signed: the change-point section
     drifts += list(drift.values())
     worst = max((m.get("fraction_of_ceiling", 0) for m in rec["metrics"].values()), default=0)
     rows.append([rec["demo"], verdicts[rec["demo"]], round(worst, 3) if worst else "",
@@ -269,4 +273,92 @@ for label, (rec, expected) in candidates.items():
     fixture_rows.append([label, got, "; ".join(f.detail for f in findings if f.verdict != _gate.PASS) or "all rules pass"])
 run.table("fixture", "The record gate on a GPU-shaped fixture (baseline: the H100 fixture itself)",
           ["candidate", "verdict", "findings"], fixture_rows)
+
+# %% [markdown]
+# ## A performance history: a change-point detector against a per-run threshold
+#
+# Nightly runs cannot be interleaved: each run is one point of a history, with the run-to-run noise of the
+# machine. The histories here are synthetic, with noise drawn from this machine: each run's log latency is one
+# value resampled from the signed log ratios of the same ceiling measured twice, minutes apart, in the CPU
+# records above (a difference of two measurements, so at least as wide as one run's noise; drawn independently,
+# so a busy week that slows several runs in a row is not modelled). Each history has `REFERENCE` runs of unchanged
+# code (its A/A runs: their median is the baseline, their robust spread its noise floor), then `BEFORE` runs still
+# unchanged, then `AFTER` runs 10% slower (the step). Three rules watch the runs after the reference:
+#
+# - **a fixed 5% rule**: alarm on any run more than 5% slower than the baseline (the record gate's `WARN_DROP`);
+# - **a per-run rule calibrated on A/A histories**: alarm on a run more than a threshold slower than the baseline,
+#   the threshold set so that at most 5% of histories without a step ever alarm over `BEFORE` runs;
+# - **a CUSUM** (Page, 1954) on the standardised runs, k half the step in sigmas, each run clipped at 2 sigma beyond
+#   the step (so one wild run cannot raise the alarm alone, and the step itself is never clipped), its decision
+#   level h calibrated on the same A/A histories to the same 5% (and, to show what the clip buys, the same CUSUM
+#   unclipped, calibrated alike).
+#
+# Calibration and evaluation use different draws. A false alarm is an alarm before the step; a miss, none in the
+# `AFTER` runs after it; the delay counts runs from the step to the first alarm.
+
+# %%
+REFERENCE, BEFORE, AFTER, HISTORIES, BUDGET = 20, 30, 30, 2000, 0.05
+STEP = float(np.log(1 + SMALLEST_REGRESSION))
+repeat_logs = np.array(repeat_logs)
+rng = np.random.default_rng(run.options.seed)
+
+
+def histories(step: float) -> np.ndarray:
+    x = rng.choice(repeat_logs, size=(HISTORIES, REFERENCE + BEFORE + AFTER))
+    x[:, REFERENCE + BEFORE:] += step
+    return x
+
+
+def statistics(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Per rule, the statistic it compares with its threshold, per run after the reference."""
+    logs, sigma = _gate.standardise(x, REFERENCE)
+    z = logs / sigma[:, None]
+    return {"fixed 5%": logs, "per-run, calibrated": logs, "CUSUM": _gate.cusum(z, STEP / sigma / 2, STEP / sigma + 2),
+            "CUSUM, not clipped": _gate.cusum(z, STEP / sigma / 2)}
+
+
+calm, stepped = statistics(histories(0.0)), statistics(histories(STEP))
+levels = {"fixed 5%": float(np.log(1.05))}
+for rule in ("per-run, calibrated", "CUSUM", "CUSUM, not clipped"):  # the A/A histories' 95th percentile of the max
+    levels[rule] = float(np.quantile(calm[rule][:, :BEFORE].max(axis=1), 1 - BUDGET))
+cp_rows, scores = [], {}
+for rule, level in levels.items():
+    fa, miss, delays = _gate.alarm_rates(stepped[rule] > level, BEFORE)
+    scores[rule] = (fa, miss, float(np.median(delays)) if delays.size else float(AFTER))
+    cp_rows.append([rule, f"{level:.3g}", f"{fa:.1%}", f"{miss:.1%}", scores[rule][2]])
+run.table("changepoint", f"A 10% step in {HISTORIES} synthetic histories ({REFERENCE} reference runs, step after "
+          f"{BEFORE} more; noise resampled from {repeat_logs.size} repeated ceilings of this machine)",
+          ["rule", "threshold (log ratio, or CUSUM level in sigmas)", "false alarms (histories)",
+           f"misses (no alarm in {AFTER} runs)", "median delay (runs)"], cp_rows)
+label = "simulated histories, noise from this machine's repeated ceilings: "
+for name, rule in (("fixed_5pct", "fixed 5%"), ("per_run_calibrated", "per-run, calibrated"), ("cusum", "CUSUM")):
+    run.metric(f"changepoint.{name}.false_alarm_rate", scores[rule][0], "fraction", origin="computed",
+               label=label + f"{rule}, histories with an alarm in {BEFORE} runs before the step")
+    run.metric(f"changepoint.{name}.miss_rate", scores[rule][1], "fraction", origin="computed",
+               label=label + f"{rule}, histories with no alarm in {AFTER} runs after the step")
+run.metric("changepoint.cusum.median_delay", scores["CUSUM"][2], "runs", origin="computed",
+           label=label + "CUSUM, median runs from the step to its alarm")
+run.metric("changepoint.cusum_unclipped.miss_rate", scores["CUSUM, not clipped"][1], "fraction", origin="computed",
+           label=label + "CUSUM with no run clipped, misses")
+per_run_alarms = float((stepped["fixed 5%"][:, :BEFORE] > levels["fixed 5%"]).mean())
+run.metric("changepoint.fixed_5pct.alarms_per_run", per_run_alarms, "fraction", origin="computed",
+           label=label + "fixed 5% rule, runs before the step that alarm")
+run.metric("changepoint.noise_sigma", _gate.robust_sigma(repeat_logs), "log ratio",
+           label="robust spread of the log ratio of a ceiling measured twice in one run (CPU records)")
+run.metric("changepoint.per_run_calibrated.threshold", float(np.exp(levels["per-run, calibrated"])), "x",
+           origin="computed", label=label + "per-run rule calibrated to 5% false alarms: a run this much slower alarms")
+alarmed = stepped["CUSUM"] > levels["CUSUM"]
+clean = np.flatnonzero(~alarmed[:, :BEFORE].any(axis=1) & alarmed[:, BEFORE:].any(axis=1))
+errors = [_gate.cusum_start(stepped["CUSUM"][i], BEFORE + int(np.argmax(alarmed[i, BEFORE:]))) - BEFORE for i in clean]
+run.metric("changepoint.cusum.start_error", float(np.median(np.abs(errors))), "runs", origin="computed",
+           label=label + "CUSUM, median |estimated start - true step| over histories it caught without a false alarm")
+example = int(clean[0])
+run.series("history", f"One history: 10% slower from run {BEFORE}; the CUSUM alarmed at run "
+           f"{BEFORE + int(np.argmax(alarmed[example, BEFORE:]))}", "run (after the reference runs)",
+           "latency / baseline", {"latency / baseline": (list(range(BEFORE + AFTER)),
+                                                         np.exp(stepped["fixed 5%"][example]).tolist())},
+           hlines={"fixed 5% rule": 1.05, "true latency after the step": 1 + SMALLEST_REGRESSION}, computed=True)
+run.check("changepoint.cusum_beats_per_run_rule", scores["CUSUM"][1] < scores["per-run, calibrated"][1],
+          f"CUSUM misses {scores['CUSUM'][1]:.1%} < calibrated per-run rule's {scores['per-run, calibrated'][1]:.1%}, "
+          f"both calibrated to {BUDGET:.0%} false alarms")
 run.save()
