@@ -1,5 +1,6 @@
 """The autotune demo at the tiny size: every tile configuration correct under Triton's
-interpreter on ragged shapes, nothing timed on CPU; and a kernel with a missing mask is caught."""
+interpreter on ragged shapes, nothing timed on CPU; the fused row kernel's registers, spills and occupancy
+read from ptxas for sm_90; and a kernel with a missing mask is caught."""
 
 from __future__ import annotations
 
@@ -17,15 +18,33 @@ tiny_record = demo_record("demos.t3_compiler.autotune",  # the demo must set TRI
 
 
 def test_every_configuration_is_checked_on_both_shapes(tiny_record):
-    checks = tiny_record["checks"]
+    checks = [c for c in tiny_record["checks"] if not c["name"].startswith("row_kernel.")]
     assert len(checks) == 12 * 2
     assert {c["name"].split(".")[0] for c in checks} == {"48x40x72", "16x40x72"}  # both ragged shapes
     assert all(c["max_abs_err"] < 1e-3 for c in checks)
 
 
 def test_nothing_timed_on_cpu(tiny_record):
-    assert {n["variant"] for n in tiny_record["not_run"]} == {"sweep timing", "triton.autotune"}
-    assert not tiny_record["metrics"]
+    assert {n["variant"] for n in tiny_record["not_run"]} == {"sweep timing", "triton.autotune", "row kernel timing"}
+    assert all(m.get("origin") == "static" for m in tiny_record["metrics"].values())  # from ptxas, not timed
+
+
+def test_the_fused_row_kernel_trades_registers_for_occupancy_or_spills(tiny_record):
+    """The row kernel's cases, compiled for sm_90: a wider row per thread needs more registers and fits fewer
+    warps; a cap below that spills; more warps per row bring the registers and the occupancy back."""
+    m = {k: v["value"] for k, v in tiny_record["metrics"].items()}
+    checks = {c["name"]: c["passed"] for c in tiny_record["checks"]}
+    assert checks["row_kernel.3x1000"] and checks["row_kernel.cap_respected"]
+    assert m["row_kernel.16384_w8.registers"] > m["row_kernel.4096_w8.registers"]
+    assert m["row_kernel.16384_w8.occupancy"] < m["row_kernel.4096_w8.occupancy"]
+    assert m["row_kernel.16384_w8_cap128.registers"] <= 128 < m["row_kernel.16384_w8.registers"]
+    assert m["row_kernel.16384_w8_cap128.spill_bytes"] > 0 == m["row_kernel.16384_w8.spill_bytes"]
+    assert m["row_kernel.16384_w8_cap128.occupancy"] > m["row_kernel.16384_w8.occupancy"]
+    assert m["row_kernel.16384_w4.registers"] == 255 and m["row_kernel.16384_w4.spill_bytes"] > 0  # at the limit
+    assert m["row_kernel.16384_w32.spill_bytes"] == 0
+    assert m["row_kernel.16384_w32.occupancy"] > m["row_kernel.16384_w8.occupancy"]
+    table = next(t for t in tiny_record["tables"] if t["name"] == "row_kernel")
+    assert [row[3] for row in table["rows"]] == [16, 64, 64, 128, 16]  # values of each live tensor per thread
 
 
 def test_a_missing_k_mask_is_caught():

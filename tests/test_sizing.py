@@ -213,3 +213,46 @@ def test_a_sizing_marker_inside_a_fold_stays_inside_it():
     assert "    **1. Pipeline bubble with 8 stages and 32 microbatches**\n    { #bubble_p8_m32 }" in out
     assert "### " not in out  # no heading inside the fold: the page's table of contents gains no entry
     assert "### 1. Pipeline bubble" in sizing.expand("{{ sizing bubble_p8_m32 }}\n", "sizing.md")  # unindented: as before
+
+
+def test_gemm_waves_split_k_fills_a_wave_and_stream_k_leaves_under_one_iteration_per_sm():
+    skinny = dict(m=1024, n=1024, k=65536, tile_m=128, tile_n=128, sms=132)
+    alone, split = sizing.gemm_waves(**skinny), sizing.gemm_waves(**skinny, split_k=2)
+    assert (alone["tiles"], alone["waves"], split["units"], split["waves"]) == (64, 1, 128, 1)
+    assert math.isclose(alone["efficiency"], 64 / 132) and math.isclose(split["efficiency"], 128 / 132)
+    assert split["speedup_vs_no_split"] == 2.0 and alone["reduction_bytes"] == 0
+    assert split["reduction_bytes"] == 2 * 2 * 1024 * 1024 * 4  # two fp32 partials written, then read
+    prefill = sizing.gemm_waves(m=2048, n=11008, k=4096, tile_m=128, tile_n=256, sms=132)
+    assert (prefill["tiles"], prefill["waves"], prefill["last_wave_units"]) == (688, 6, 688 - 5 * 132)
+    total = prefill["tiles"] * prefill["k_iters"]
+    assert prefill["stream_k_iters"] * 132 - total < 132  # every SM within one iteration of an even share
+    assert prefill["stream_k_speedup"] > 1 and prefill["stream_k_efficiency"] > prefill["efficiency"]
+
+
+def test_training_memory_offload_is_training_memory_with_8bit_states_and_the_optimizer_on_the_host():
+    shape = dict(params=70e9, layers=80, hidden=8192, heads=64, seq_len=4096, zero_stage=3, dp=8, tp=8,
+                 recompute="full")
+    plain, fp32 = sizing.training_memory(**shape), sizing.training_memory_offload(**shape)
+    for key in ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "total_bytes"):
+        assert math.isclose(fp32[key], plain[key], rel_tol=1e-12), key  # Adam, nothing offloaded: the same
+    assert sizing.adam_optimizer_bytes("adam") == 12  # the demo's 2 + 2 + 12, via STATE_BYTES
+    assert sizing.adam_optimizer_bytes("adam8bit") == 4 + 2 * (1 + 4 / 2048)  # master + two 8-bit moments + absmax
+    eight = sizing.training_memory_offload(**shape, optimizer_state="adam8bit")
+    assert math.isclose(eight["optimizer_bytes"], plain["optimizer_bytes"] * (4 + 2 * (1 + 4 / 2048)) / 12)
+    off = sizing.training_memory_offload(**shape, offload="optimizer", gpus_per_node=8)
+    assert math.isclose(off["total_bytes"], plain["weights_bytes"] + plain["activations_bytes"])
+    assert math.isclose(off["host_bytes_per_node"], 8 * (plain["grads_bytes"] + plain["optimizer_bytes"]))
+    assert math.isclose(off["link_bytes_each_way"], 2 * 70e9 / 64)  # the partition's 16-bit gradients, then weights
+    assert fp32["link_bytes_each_way"] == 0 and fp32["host_bytes_per_node"] == 0
+    assert off["model_states_all_bytes"] == 70e9 * 16 and off["gpus"] == 64
+
+
+def test_bus_bandwidth_uses_the_nccl_tests_factors():
+    r = sizing.bus_bandwidth(1e9, 8, 350.0)
+    assert r["factor"] == 2 * 7 / 8 and math.isclose(r["algbw_gbs"], 200.0)
+    assert math.isclose(r["seconds"], 1e9 / 200e9) and math.isclose(r["fraction_of_line_rate"], 350 / 450)
+    assert sizing.bus_bandwidth(1e9, 8, 350.0, "all_gather")["factor"] == 7 / 8
+    assert sizing.bus_bandwidth(1e9, 8, 350.0, "reduce_scatter")["factor"] == 7 / 8
+    assert sizing.bus_bandwidth(1e9, 8, 350.0, "broadcast")["factor"] == 1.0
+    with pytest.raises(ValueError, match="one GPU"):
+        sizing.bus_bandwidth(1e9, 1, 350.0)

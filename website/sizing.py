@@ -98,6 +98,59 @@ def training_memory(params: float, layers: int, hidden: int, heads: int, seq_len
             "fits": total <= gpu_memory_gb * GB}
 
 
+OPTIMIZER_STATES = ("adam", "adam8bit")
+OFFLOAD = ("none", "optimizer")
+BNB_BLOCK = 2048  # bitsandbytes: one fp32 absmax per 2048-element block of each 8-bit state (Optimizer2State.init_state)
+
+
+def adam_optimizer_bytes(optimizer_state: str) -> float:
+    """Bytes per parameter of mixed-precision Adam's optimizer state: fp32 master weights (4) plus the two
+    moments, in fp32 (4 + 4, the ZeRO paper's 12 in all) or in 8 bits with one fp32 absmax per 2,048-element
+    block each (Dettmers et al., "8-bit Optimizers via Block-wise Quantization"; bitsandbytes' 8-bit Adam)."""
+    if optimizer_state == "adam":
+        return float(STATE_BYTES["mixed"]["optimizer"])
+    return 4.0 + 2 * (1.0 + 4.0 / BNB_BLOCK)
+
+
+def training_memory_offload(params: float, layers: int, hidden: int, heads: int, seq_len: int,
+                            microbatch_size: int = 1, microbatches: int = 1, optimizer_state: str = "adam",
+                            offload: str = "none", zero_stage: int = 0, dp: int = 1, tp: int = 1, pp: int = 1,
+                            recompute: str = "none", gpu_memory_gb: float = 80.0, gpus_per_node: int = 8,
+                            host_memory_gb: float = 2000.0, host_link_gbs: float = 63.0) -> dict:
+    """``training_memory`` for mixed precision, with 8-bit optimizer states and optimizer offload.
+
+    The weights, gradients and activations are ``training_memory``'s (so ZeRO, TP, PP and recomputation
+    shard them the same way); the optimizer state is ``adam_optimizer_bytes`` per parameter of the GPU's
+    optimizer partition. ``offload="optimizer"`` is ZeRO-Offload's split (Ren et al., "ZeRO-Offload:
+    Democratizing Billion-Scale Model Training"): the 16-bit weights stay on the GPU; the 16-bit gradients,
+    the fp32 master weights and the moments live in host memory (ZeRO-Infinity can put the same bytes on
+    NVMe), and the CPU runs the update. Every step each GPU sends its partition's 16-bit gradients down the
+    host link and gets its 16-bit updated weights back: 2 bytes per parameter each way. Not counted: the
+    gathered layers' buffers under ZeRO-3 (as in ``training_memory``), pinned staging buffers, the CPU's
+    Adam time (which bounds the step when the GPU's is short)."""
+    base = training_memory(params, layers, hidden, heads, seq_len, microbatch_size, microbatches, "mixed", "adam",
+                           zero_stage, dp, tp, pp, recompute, gpu_memory_gb)
+    partition = params / (tp * pp) / (dp if zero_stage >= 1 else 1)  # parameters this GPU's optimizer updates
+    optimizer_b = adam_optimizer_bytes(optimizer_state) * partition
+    weights, grads = base["weights_bytes"], base["grads_bytes"]
+    on_host = optimizer_b + grads if offload == "optimizer" else 0.0
+    gpu_states = weights + grads + optimizer_b - on_host
+    total = gpu_states + base["activations_bytes"]
+    link_bytes = 2.0 * partition if offload == "optimizer" else 0.0
+    return {"weights_bytes": weights, "grads_bytes": grads, "optimizer_bytes": optimizer_b,
+            "optimizer_bytes_per_param": adam_optimizer_bytes(optimizer_state),
+            "model_states_bytes": weights + grads + optimizer_b, "gpu_states_bytes": gpu_states,
+            "activation_bytes_per_layer": base["activation_bytes_per_layer"],
+            "activations_bytes": base["activations_bytes"], "total_bytes": total,
+            "fits": total <= gpu_memory_gb * GB, "host_bytes_per_gpu": on_host,
+            "host_bytes_per_node": on_host * gpus_per_node,
+            "host_fits": on_host * gpus_per_node <= host_memory_gb * GB,
+            "link_bytes_each_way": link_bytes, "link_seconds": link_bytes / (host_link_gbs * GB),
+            "model_states_all_bytes": params * (4.0 + adam_optimizer_bytes(optimizer_state)),
+            "gpus": tp * pp * dp, "gpu_memory_all_bytes": tp * pp * dp * gpu_memory_gb * GB,
+            "states_fit_all_gpus": params * (4.0 + adam_optimizer_bytes(optimizer_state)) <= tp * pp * dp * gpu_memory_gb * GB}
+
+
 def serving(params: float, weight_bytes: float, gpus: int, bandwidth_gbs: float, memory_gb: float, batch: int,
             context: int, layers: int, kv_heads: int, head_dim: int, kv_bytes: float = 2) -> dict:
     """Decode bounds from memory traffic: every step reads all weights once and each sequence's KV cache
@@ -118,6 +171,24 @@ def serving(params: float, weight_bytes: float, gpus: int, bandwidth_gbs: float,
             "tokens_per_s": batch / step_s, "tokens_per_s_per_sequence": 1.0 / step_s, "free_bytes": free,
             "max_batch": max_batch, "fits": batch <= max_batch, "weights_fit": free >= 0,
             "gpus_for_weights": gpus_for_weights}
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+
+
+def bus_bandwidth(n_bytes: float, gpus: int, busbw_gbs: float, collective: str = "all_reduce",
+                  line_rate_gbs: float = 450.0) -> dict:
+    """nccl-tests' two bandwidths (its doc/PERFORMANCE.md): algbw = S / t for a buffer of S bytes, and
+    busbw = algbw x a factor that makes it independent of the rank count n: 2(n-1)/n for an all-reduce,
+    (n-1)/n for an all-gather, a reduce-scatter or an all-to-all, 1 for a broadcast or a reduce. For a
+    ring-like algorithm busbw is the rate each link ran at, so it is what to hold against the link's line
+    rate. Given a busbw (a measured one), the algbw and the time of a collective of ``n_bytes``."""
+    factor = {"all_reduce": 2.0 * (gpus - 1) / gpus, "broadcast": 1.0, "reduce": 1.0}.get(collective, (gpus - 1) / gpus)
+    if factor <= 0:
+        raise ValueError("a collective over one GPU moves nothing: give gpus >= 2")
+    algbw = busbw_gbs / factor
+    return {"factor": factor, "algbw_gbs": algbw, "seconds": n_bytes / (algbw * GB),
+            "fraction_of_line_rate": busbw_gbs / line_rate_gbs}
 
 
 def all_reduce(n_bytes: float, gpus: int, link: str) -> dict:
@@ -284,6 +355,36 @@ def arithmetic_intensity_decode(batch: int, weight_bytes: float) -> dict:
     return {"flop_per_byte": 2.0 * batch / weight_bytes}
 
 
+def gemm_waves(m: int, n: int, k: int, tile_m: int, tile_n: int, sms: int, split_k: int = 1, tile_k: int = 64,
+               dtype_bytes: float = 2, partial_bytes: float = 4) -> dict:
+    """Wave quantization of a tiled GEMM (M x K times K x N) on ``sms`` SMs, one output tile per SM at a time, every
+    tile's K loop taking the same time: ceil(M / tile_m) x ceil(N / tile_n) tiles, ``split_k`` work units per tile
+    (each a 1/split_k share of the K loop), waves = ceil(units / SMs), and the share of SM time that does work,
+    units / (waves x SMs). The critical path is waves x ceil(k_iters / split_k) K-loop iterations of tile_k.
+
+    Split-K as CUTLASS's parallel reduction does it: each unit writes its fp32 partial tile to a workspace
+    (``partial_bytes`` per element) and a second kernel reads them back and sums them: 2 x split_k x M x N x 4
+    bytes more traffic, against the operands' (M K + K N + M N) x ``dtype_bytes``. Stream-K instead hands each SM an
+    equal share of all tiles x k_iters iterations, crossing tile boundaries (Osama et al., PPoPP 2023):
+    ceil(total / SMs) iterations on the critical path."""
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    k_iters = math.ceil(k / tile_k)
+    units = tiles * split_k
+    waves = math.ceil(units / sms)
+    data_parallel_iters = math.ceil(tiles / sms) * k_iters  # the same GEMM without split-K
+    split_iters = waves * math.ceil(k_iters / split_k)
+    stream_k_iters = math.ceil(tiles * k_iters / sms)
+    reduction = 2.0 * split_k * m * n * partial_bytes if split_k > 1 else 0.0
+    operands = float(m * k + k * n + m * n) * dtype_bytes
+    return {"tiles": tiles, "units": units, "waves": waves, "last_wave_units": units - (waves - 1) * sms,
+            "last_wave_fraction": (units - (waves - 1) * sms) / sms, "efficiency": units / (waves * sms),
+            "k_iters": k_iters, "critical_iters": split_iters, "data_parallel_iters": data_parallel_iters,
+            "speedup_vs_no_split": data_parallel_iters / split_iters,
+            "stream_k_iters": stream_k_iters, "stream_k_efficiency": tiles * k_iters / (sms * stream_k_iters),
+            "stream_k_speedup": data_parallel_iters / stream_k_iters,
+            "reduction_bytes": reduction, "operand_bytes": operands, "reduction_over_operands": reduction / operands}
+
+
 def _cm_config(**fields) -> "cm.Config":
     """A cluster_model Config from the fields this module uses; where that Config has grouped-query
     attention (kv_heads), full heads, so the other fields keep their meaning."""
@@ -297,7 +398,8 @@ FORMULAS = {"kv_cache": kv_cache, "training_memory": training_memory, "serving":
             "all_reduce": all_reduce, "ridge_point": ridge_point, "training_days": training_days,
             "pipeline_bubble": pipeline_bubble, "decode_intensity": arithmetic_intensity_decode,
             "all_reduce_algorithms": all_reduce_algorithms, "hierarchical_all_reduce": hierarchical_all_reduce,
-            "ring_straggler": ring_straggler, "moe_all_to_all": moe_all_to_all}
+            "ring_straggler": ring_straggler, "moe_all_to_all": moe_all_to_all,
+            "training_memory_offload": training_memory_offload, "bus_bandwidth": bus_bandwidth, "gemm_waves": gemm_waves}
 
 # -- problems ---------------------------------------------------------------------------------------
 
@@ -356,6 +458,8 @@ INPUT_RULES = {
     "microbatches": _whole(1), "precision": ("choice", PRECISIONS), "optimizer": ("choice", tuple(OPTIMIZER_MOMENTS)),
     "zero_stage": _whole(0, 3), "dp": _whole(1), "tp": _whole(1), "pp": _whole(1), "recompute": ("choice", RECOMPUTE),
     "gpu_memory_gb": POSITIVE,
+    "optimizer_state": ("choice", OPTIMIZER_STATES), "offload": ("choice", OFFLOAD), "host_memory_gb": POSITIVE,
+    "host_link_gbs": POSITIVE, "busbw_gbs": POSITIVE, "collective": ("choice", COLLECTIVES), "line_rate_gbs": POSITIVE,
     "weight_bytes": POSITIVE, "gpus": _whole(1), "bandwidth_gbs": POSITIVE, "memory_gb": POSITIVE, "kv_bytes": POSITIVE,
     "n_bytes": POSITIVE, "link": ("choice", tuple(cm.LINKS)),
     "device": ("device",), "dtype": ("name",),
@@ -364,6 +468,8 @@ INPUT_RULES = {
     "alpha_us": POSITIVE, "tree_bw_fraction": FRACTION, "nodes": _whole(1), "gpus_per_node": _whole(1),
     "slow_bandwidth_gbs": POSITIVE, "top_k": _whole(1), "ep": _whole(1), "dispatch_bytes": POSITIVE,
     "combine_bytes": POSITIVE,
+    "m": _whole(1), "n": _whole(1), "k": _whole(1), "tile_m": _whole(1), "tile_n": _whole(1), "tile_k": _whole(1),
+    "sms": _whole(1), "split_k": _whole(1), "partial_bytes": POSITIVE,
 }
 
 

@@ -15,9 +15,16 @@
 # timed there.
 
 # %%
+import json
+import os
+import subprocess
+import sys
+
 import torch
 
 from demos.harness.run import start
+from demos.t11_gpu._cuda import occupancy
+from records.paths import REPO_ROOT
 
 run = start(
     "autotune",
@@ -34,6 +41,7 @@ dtype = torch.bfloat16 if run.device.is_gpu else torch.float32
 # Imported after start(): without a GPU, start() has switched Triton to its interpreter.
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+from demos.t3_compiler._row_registers import add_ln_gelu_row  # noqa: E402
 
 # %% [markdown]
 # ## The kernel
@@ -177,5 +185,94 @@ else:
     run.table("sweep", "Triton matmul configurations, fastest first per shape",
               ["shape MxNxK", "BLOCK_MxBLOCK_NxBLOCK_K, warps, stages", "TFLOP/s", "fraction of bf16 ceiling",
                "vs cuBLAS", "first call: compile (s)"], rows)
+
+
+# %% [markdown]
+# ## Register pressure in a fused row kernel (compiled for sm_90 on any host)
+#
+# Fusion keeps intermediates in registers, so a fused kernel holds at once everything live across its
+# reductions. The kernel_fusion demo's add + LayerNorm + GELU kernel (`_row_registers.py`) runs one program per
+# row and keeps the whole row in registers from the loads, through the mean and the variance, to the GELU: a
+# *persistent* reduction, with row width / (32 x num_warps) values of each live tensor per thread. Each case is
+# compiled for sm_90 by Triton, which runs ptxas as a GPU run would, in a child process (one whose Triton runs
+# the interpreter cannot compile); ptxas's report gives registers and spill bytes per thread, and the T11
+# demos' occupancy formula (`demos/t11_gpu/_cuda.py`) turns registers into resident warps. `maxnreg` is
+# Triton's register cap (PTX's `.maxnreg`), as `-maxrregcount` and `__launch_bounds__` are for CUDA C.
+
+# %%
+# (row width, num_warps, maxnreg or None)
+ROW_CASES = [(4096, 8, None), (16384, 8, None), (16384, 8, 128), (16384, 4, None), (16384, 32, None)]
+
+
+def row_key(width, warps, cap) -> str:
+    return f"{width}_w{warps}" + (f"_cap{cap}" if cap else "")
+
+
+def row_inputs(rows, width, dtype):
+    return (torch.randn(rows, width, device=device, dtype=dtype), torch.randn(rows, width, device=device, dtype=dtype),
+            torch.rand(width, device=device, dtype=dtype) + 0.5, torch.randn(width, device=device, dtype=dtype))
+
+
+def row_reference(x, r, w, b):
+    h = x.double() + r.double()
+    return torch.nn.functional.gelu(torch.nn.functional.layer_norm(h, (h.shape[-1],), w.double(), b.double(), 1e-5))
+
+
+x, r, w, b = row_inputs(3, 1000, dtype)  # a ragged row (1000 of BLOCK 1024): the masks matter
+y = torch.empty_like(x)
+add_ln_gelu_row[(3,)](x, r, w, b, y, 1000, 1e-5, BLOCK=1024, num_warps=8)
+run.check_close("row_kernel.3x1000", y, row_reference(x, r, w, b), **TOLERANCE)
+
+child = subprocess.run([sys.executable, "-m", "demos.t3_compiler._row_registers", json.dumps(ROW_CASES)], cwd=REPO_ROOT,
+                       env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, capture_output=True,
+                       text=True, timeout=600)
+if child.returncode != 0:  # a Triton without these compile options must not lose the sweep above
+    run.not_run("row kernel: ptxas report", "compiling for sm_90 failed: "
+                + (child.stderr.strip().splitlines() or ["no output"])[-1][:200])
+else:
+    reports = json.loads(child.stdout.strip().splitlines()[-1])
+    table_rows = []
+    for (width, warps, cap), u in zip(ROW_CASES, reports):
+        key, where = row_key(width, warps, cap), f"row of {width}, {warps} warps" + (f", maxnreg={cap}" if cap else "")
+        occ = occupancy(32 * warps, u["registers"], u["shared_bytes"])
+        table_rows.append([width, warps, cap or "none", width // (32 * warps), u["registers"], u["spill_store_bytes"],
+                           u["spill_load_bytes"], occ["blocks_per_sm"], occ["active_warps"],
+                           round(100 * occ["occupancy"], 1), occ["limiter"]])
+        run.metric(f"row_kernel.{key}.registers", u["registers"], "registers",
+                   label=f"{where}: registers per thread (ptxas, sm_90)", origin="static")
+        run.metric(f"row_kernel.{key}.spill_bytes", u["spill_store_bytes"] + u["spill_load_bytes"], "bytes",
+                   label=f"{where}: spill stores + loads per thread (ptxas)", origin="static")
+        run.metric(f"row_kernel.{key}.occupancy", 100 * occ["occupancy"], "%", label=f"{where}: theoretical occupancy",
+                   origin="static")
+    run.table("row_kernel", "Fused add + LayerNorm + GELU, one row per program, compiled for sm_90: ptxas and the "
+              "occupancy formula", ["row width", "warps", "maxnreg", "values per thread", "regs/thread",
+                                    "spill stores (B)", "spill loads (B)", "blocks/SM", "warps/SM", "occupancy %",
+                                    "limited by"], table_rows)
+    capped = [(u["registers"], cap) for (_, _, cap), u in zip(ROW_CASES, reports) if cap]
+    run.check("row_kernel.cap_respected", all(regs <= cap for regs, cap in capped),
+              "every capped build uses at most its cap")
+
+# %% [markdown]
+# On a GPU each case is also checked and timed on a large input, as bandwidth against the same-run copy: where
+# spills or a lower occupancy cost time, and where they do not.
+
+# %%
+if not run.device.is_gpu:
+    run.not_run("row kernel timing", "no GPU here: the cases above are compiled for sm_90 and read from ptxas, not run")
+else:
+    try:  # a launch option this GPU's Triton refuses must not lose the sweep above
+        for width, warps, cap in ROW_CASES:
+            key, options = row_key(width, warps, cap), {"num_warps": warps} | ({"maxnreg": cap} if cap else {})
+            x, r, w, b = row_inputs(2**26 // width, width, dtype)  # 128 MiB per bf16 tensor
+            y = torch.empty_like(x)
+            row_grid = (x.shape[0],)
+            launch = lambda: add_ln_gelu_row[row_grid](x, r, w, b, y, width, 1e-5, BLOCK=width, **options)  # noqa: E731
+            launch()
+            run.check_close(f"row_kernel.{key}", y[:64], row_reference(x[:64], r[:64], w, b), **TOLERANCE)
+            gbps = 3 * x.numel() * x.element_size() / run.time(launch).median_s / 1e9  # x and r read, y written
+            run.metric(f"row_kernel.{key}.gbps", gbps, "GB/s", ceiling="copy_bandwidth", kind="memory",
+                       label=f"row of {width}, {warps} warps, maxnreg {cap or 'none'}: effective bandwidth")
+    except Exception as e:  # noqa: BLE001
+        run.not_run("row kernel timing", f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}")
 
 run.save()

@@ -42,6 +42,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch._inductor.utils import run_and_get_code  # noqa: E402
 
+# The add + LayerNorm + GELU row kernel lives beside the compile-only child that reports its registers (autotune
+# reads that report): one copy of the kernel for both demos.
+from demos.t3_compiler._row_registers import add_ln_gelu_row  # noqa: E402
+
 # %% [markdown]
 # ## The implementations
 #
@@ -81,6 +85,8 @@ add_ln_gelu_compiled = torch.compile(add_ln_gelu_eager, dynamic=False, fullgraph
 # compile-time switch. The LayerNorm chain needs a row reduction, so each program owns one whole
 # row: it loads the row once, computes mean and variance in fp32 registers, normalizes, applies
 # GELU, and writes the row once. Offsets are 64-bit, so tensors past 2^31 elements stay correct.
+# That kernel, `add_ln_gelu_row`, is in `demos/t3_compiler/_row_registers.py` (imported above), where the
+# autotune demo also compiles it for ptxas's register report: one copy for both.
 
 # %%
 @triton.jit
@@ -112,28 +118,11 @@ def bias_gelu_triton(x, b):
     return bias_act_triton(x, b, gelu=True)
 
 
-@triton.jit
-def add_ln_gelu_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, hidden, eps, BLOCK: tl.constexpr):
-    row_start = tl.program_id(0).to(tl.int64) * hidden
-    cols = tl.arange(0, BLOCK)
-    mask = cols < hidden
-    h = tl.load(x_ptr + row_start + cols, mask=mask, other=0.0).to(tl.float32)
-    h += tl.load(r_ptr + row_start + cols, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(h, axis=0) / hidden
-    centered = tl.where(mask, h - mean, 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(centered * centered, axis=0) / hidden + eps)
-    w = tl.load(w_ptr + cols, mask=mask).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=mask).to(tl.float32)
-    z = centered * rstd * w + b
-    y = 0.5 * z * (1.0 + tl.erf(z * 0.7071067811865476))
-    tl.store(y_ptr + row_start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
 def add_ln_gelu_triton(x, residual, weight, bias):
     rows, hidden = x.shape
     y = torch.empty_like(x)
     block = triton.next_power_of_2(hidden)
-    add_ln_gelu_kernel[(rows,)](x, residual, weight, bias, y, hidden, EPS, BLOCK=block, num_warps=8)
+    add_ln_gelu_row[(rows,)](x, residual, weight, bias, y, hidden, EPS, BLOCK=block, num_warps=8)
     return y
 
 
