@@ -18,9 +18,9 @@ evidence over runs instead of judging each alone.
    quarantined: blocked here, refused by the check); and, against a baseline, each metric's fraction of
    its ceiling (which does not depend on the GPU model the way an absolute GB/s does) not lower by
    more than the block threshold.
-3. **Change points in a history** (nightly runs, one point each, nothing to interleave with): a one-sided CUSUM
-   of each run standardised by the A/A noise of the history's first runs, its runs clipped so one outlier cannot
-   raise the alarm alone; where it says the shift began; and the false-alarm / miss / delay bookkeeping.
+3. **Change points in a history** (nightly runs, one point each): a one-sided CUSUM
+   of each run standardised by the A/A noise of the history's first runs, its runs clipped so no one run adds
+   more than the cap (which lets the decision level be set lower); where it says the shift began; and the false-alarm / miss / delay bookkeeping.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def standardise(history: np.ndarray, reference: int) -> tuple[np.ndarray, np.nda
 def cusum(z: np.ndarray, k, clip=None) -> np.ndarray:
     """One-sided (upward) CUSUM per row of standardised runs: S_t = max(0, S_(t-1) + z_t - k), k half the shift to
     detect (one number, or one per row). ``clip`` (one number, or one per row) caps each run at +-clip, so one
-    outlier run cannot raise the alarm alone (a robust CUSUM); None leaves the runs as they are."""
+    outlier run adds at most the cap (a robust CUSUM); None leaves the runs as they are."""
     if clip is not None:
         c = np.asarray(clip, dtype=float).reshape(-1, 1)
         z = np.clip(z, -c, c)

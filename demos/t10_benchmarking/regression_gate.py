@@ -13,7 +13,7 @@
 # Then the gate is itself measured: how often it fails an unchanged kernel (false alarm), and how
 # often it passes a kernel made 10% slower by 10% more work (miss). The second half applies the
 # same idea to result records: this project's CPU records, and a GPU-shaped fixture record. The last part
-# turns to nightly histories, which cannot be interleaved: a change-point detector (CUSUM) against per-run
+# turns to nightly histories, one run per build: a change-point detector (CUSUM) against per-run
 # thresholds, on synthetic histories with this machine's run-to-run noise.
 
 # %%
@@ -277,8 +277,8 @@ run.table("fixture", "The record gate on a GPU-shaped fixture (baseline: the H10
 # %% [markdown]
 # ## A performance history: a change-point detector against a per-run threshold
 #
-# Nightly runs cannot be interleaved: each run is one point of a history, with the run-to-run noise of the
-# machine. The histories here are synthetic, with noise drawn from this machine: each run's log latency is one
+# Unless a nightly job also times a pinned reference build beside each new one, each run is one point of a
+# history, with the run-to-run noise of the machine. The histories here are synthetic, with noise drawn from this machine: each run's log latency is one
 # value resampled from the signed log ratios of the same ceiling measured twice, minutes apart, in the CPU
 # records above (a difference of two measurements, so at least as wide as one run's noise; drawn independently,
 # so a busy week that slows several runs in a row is not modelled). Each history has `REFERENCE` runs of unchanged
@@ -289,7 +289,7 @@ run.table("fixture", "The record gate on a GPU-shaped fixture (baseline: the H10
 # - **a per-run rule calibrated on A/A histories**: alarm on a run more than a threshold slower than the baseline,
 #   the threshold set so that at most 5% of histories without a step ever alarm over `BEFORE` runs;
 # - **a CUSUM** (Page, 1954) on the standardised runs, k half the step in sigmas, each run clipped at 2 sigma beyond
-#   the step (so one wild run cannot raise the alarm alone, and the step itself is never clipped), its decision
+#   the step (the cap limits what any one run adds, so h can be set lower; the step itself is never clipped), its decision
 #   level h calibrated on the same A/A histories to the same 5% (and, to show what the clip buys, the same CUSUM
 #   unclipped, calibrated alike).
 #

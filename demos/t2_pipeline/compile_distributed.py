@@ -8,9 +8,9 @@
 # PyTorch has two answers:
 #
 # - **DDPOptimizer** (`torch._dynamo.config.optimize_ddp = True`, the default): Dynamo splits the forward
-#   graph where a bucket's worth of parameters is reached, counting in reverse (the order in which gradients
-#   become ready), and compiles each piece apart. Each piece gets its own backward, after which the hooks of
-#   that bucket fire and its all-reduce can start.
+#   graph where a bucket's worth of parameters is reached (1 MiB for the first bucket, `bucket_cap_mb` after),
+#   counting in reverse (the order in which gradients become ready), and compiles each piece apart. Each piece
+#   gets its own backward, after which the hooks of that bucket fire and its all-reduce can start.
 # - **Compiled autograd** with DDP's Python reducer (`optimize_ddp="python_reducer"`): the backward is traced
 #   at run time into one graph, and DDP's all-reduces are traced into it as collective ops, where the compiler
 #   can see and schedule them.
@@ -130,28 +130,40 @@ traced = capture("ddp.compiled_autograd", {"optimize_ddp": "python_reducer", "co
                  compiled_step)
 
 # %% [markdown]
-# DDPOptimizer's rule, from its documentation: parameters counted in reverse order, a new bucket (and a graph
-# break) once a bucket reaches `bucket_cap_mb`. Counted here from the model's parameters, it says how many
-# graphs to expect.
+# DDPOptimizer's rule, from `compile_fn` in torch/_dynamo/backends/distributed.py: walk the graph in reverse and
+# start a new bucket (and a graph break) before the next layer once the current bucket holds at least its cap.
+# The first bucket's cap is `torch.distributed._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB), whatever `bucket_cap_mb`
+# is; the later ones' is `bucket_cap_mb`. Counted here from the layers' parameter bytes, it says how many graphs
+# to expect.
 
 # %%
+def ddp_optimizer_buckets(layer_bytes, bucket_bytes, first_bucket_bytes):
+    """Layers per bucket, last layer first, by DDPOptimizer's rule."""
+    buckets, filled = [0], 0
+    for size in reversed(layer_bytes):
+        if filled >= (first_bucket_bytes if len(buckets) == 1 else bucket_bytes):
+            buckets, filled = buckets + [0], 0
+        buckets[-1] += 1
+        filled += size
+    return buckets
+
+
 params = list(reference.parameters())
-expected, filled = 0, 0
-for p in reversed(params):
-    filled += p.numel() * p.element_size()
-    if filled >= bucket_mb * 2**20:
-        expected, filled = expected + 1, 0
-expected += filled > 0
+buckets = ddp_optimizer_buckets([sum(p.numel() * p.element_size() for p in layer.parameters())
+                                 for layer in reference.layers], bucket_mb * 2**20, dist._DEFAULT_FIRST_BUCKET_BYTES)
+expected = len(buckets)
 forward_split = [g for g in split if g["ops"] > 0]  # an empty graph is the code after the module call
-run.check("ddp.optimizer.one_graph_per_bucket", len(forward_split) == expected > 1,
-          f"{len(forward_split)} forward graphs; {expected} buckets of {bucket_mb} MB by DDPOptimizer's rule")
+layers_per_graph = [g["ops"] // 2 for g in reversed(forward_split)]  # a linear and a GELU per layer, last first
+run.check("ddp.optimizer.one_graph_per_bucket", len(forward_split) == expected > 1 and layers_per_graph == buckets,
+          f"{len(forward_split)} forward graphs holding {layers_per_graph} layers (last first); {expected} buckets "
+          f"by DDPOptimizer's rule (the first of 1 MiB, then {bucket_mb} MB) holding {buckets}")
 run.check("ddp.no_optimization.one_graph", len(whole) == 1, f"{len(whole)} graphs")
 backward = max(traced, key=lambda g: g["all_reduces"])
 run.check("ddp.compiled_autograd.collectives_in_graph", backward["all_reduces"] > 0,
           f"the traced backward holds {backward['all_reduces']} all_reduce ops")
 
-run.metric("ddp.buckets", expected, "buckets", label=f"gradient buckets of {bucket_mb} MB (DDPOptimizer's rule)",
-           origin="computed")
+run.metric("ddp.buckets", expected, "buckets", origin="computed",
+           label=f"gradient buckets by DDPOptimizer's rule (the first of 1 MiB, then {bucket_mb} MB)")
 run.metric("ddp.optimizer.graphs", len(forward_split), "graphs", label="optimize_ddp=True: forward graphs")
 run.metric("ddp.no_optimization.graphs", len(whole), "graphs",
            label="optimize_ddp=False: forward graphs")
@@ -201,7 +213,8 @@ run.metric("fsdp.per_block.graphs", len(fsdp_blocks), "graphs",
 runs = {"DDP, optimize_ddp=True (DDPOptimizer)": forward_split, "DDP, optimize_ddp=False": whole,
         "DDP, compiled autograd + python_reducer": traced, "FSDP2, root module compiled": fsdp_root,
         "FSDP2, each block compiled": fsdp_blocks}
-run.table("captured", f"What Dynamo captured: {layers} layers of width {width}, buckets of {bucket_mb} MB, one rank",
+run.table("captured", f"What Dynamo captured: {layers} layers of width {width}, buckets of {bucket_mb} MB "
+          "(the first of 1 MiB), one rank",
           ["setting", "graphs", "operators per graph", "collective ops in the graphs", "parameter MiB per graph"],
           [[name, len(gs), ", ".join(str(g["ops"]) for g in gs), sum(g["collectives"] for g in gs),
             ", ".join(f"{g['param_bytes'] / 2**20:.2f}" for g in gs)] for name, gs in runs.items()])
