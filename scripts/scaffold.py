@@ -90,7 +90,9 @@ words and ended by its check, e.g. "the candidate streams faster than a copy`{{{
 
 ## Pitfalls
 
-- TODO: what a weak answer says.
+??? warning "1 pitfall"
+
+    - TODO: what a weak answer says.
 
 ## Further reading
 
