@@ -42,7 +42,8 @@ def exclude_measured_from_search(html_text: str) -> str:
     # the Measured section's text explains the records on the page: its headings stay searchable (they
     # name each demo), the text between them does not (the answers above it say what it found). An
     # <aside>, not a <section>: a wrapped tab set inside is a <section>, and the plugin compares by tag.
-    measured = re.search(r'<h2 id="measured">.*?</h2>', html_text, re.S)
+    # the section by its title, not its id: a "Measured" heading higher on the page (in a fold) takes the id
+    measured = re.search(r'<h2 id="[^"]*">Measured<a .*?</h2>', html_text, re.S)
     if measured:
         end = html_text.find("<h2 ", measured.end())
         end = len(html_text) if end < 0 else end
@@ -55,6 +56,10 @@ def exclude_measured_from_search(html_text: str) -> str:
     if reading:
         html_text = (html_text[:reading.end()] + '<aside class="mm-search-skip" data-search-exclude="reading">'
                      + html_text[reading.end():] + "</aside>")
+    # a follow-up's question is what a reader searches for; its answer, and a sizing problem's worked steps (its
+    # question and figures stay), are read on the page: the index stays within what a reader's first search loads
+    html_text = _FOLD_BODY.sub(lambda m: m.group(1) + '<aside class="mm-search-skip" data-search-exclude="fold">'
+                               + m.group(2) + "</aside></details>", html_text)
     # claim check marks and the "not yet measured" notes are data about the
     # page's numbers, not prose to search
     html_text = html_text.replace('<span class="mm-check"', '<span data-search-exclude="claim" class="mm-check"')
@@ -62,6 +67,9 @@ def exclude_measured_from_search(html_text: str) -> str:
     return html_text
 
 
+# the body of a closed follow-up (class "question") or of a sizing problem's answer (class "success"), up to its end
+# tag: neither holds a nested fold
+_FOLD_BODY = re.compile(r'(<details class="(?:question|success)">\s*<summary>.*?</summary>)(.*?)</details>', re.S)
 QUESTION_SEARCH_BOOST = 3
 _BLOCK_TAGS = re.compile(r"\s*</?(?:p|ul|ol|li)>\s*")
 _INLINE_TAGS = re.compile(r"</?(?:code|sub|sup)>")
@@ -74,6 +82,8 @@ def slim_search_index(index_json: str) -> str:
     import json
 
     index = json.loads(index_json)
+    # how the site is built is the contributors' page, found from the contributing guide, not by a reader's search
+    index["docs"] = [doc for doc in index["docs"] if not doc["location"].startswith("architecture/")]
     for doc in index["docs"]:
         if "#" in doc["location"]:
             doc.pop("tags", None)

@@ -822,7 +822,9 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
         # the heading as a bold line, so the fold stays whole and the page's table of contents gains no entry
         heading, rest = text.split("\n", 1)
         title = re.match(r"### (.*) \{ #([A-Za-z0-9_\-]+) \}$", heading)
-        text = f"**{title.group(1)}**\n{{ #{title.group(2)} }}\n{rest}"
+        # out of the site's search index: the same problem is indexed once, on the sizing page
+        text = (f'<section markdown="1" data-search-exclude="sizing">\n\n**{title.group(1)}**\n{{ #{title.group(2)} }}\n'
+                f"{rest}\n</section>")
         return "\n".join(indent + line if line.strip() else "" for line in text.splitlines())
 
     return transform_outside_code(markdown, lambda chunk: SIZING_IN_TEXT.sub(one, chunk))
