@@ -338,7 +338,7 @@ def test_plots_follow_the_dark_theme(chromium, server):
 
 
 @pytest.mark.parametrize("query, topic", [
-    ("all-reduce", "parallelism"),  # the page of the collectives (training at scale asks about DDP's overlap)
+    ("all-reduce", "cluster-scale"),  # the page of the collectives: ring vs tree, in-network reduction (parallelism uses them)
     ("graph break", "model-to-gpu-pipeline"),
     ("KV cache", "attention-and-serving"),
     ("FlashAttention", "attention-and-serving"),

@@ -71,6 +71,9 @@ def exclude_measured_from_search(html_text: str) -> str:
 # tag: neither holds a nested fold
 _FOLD_BODY = re.compile(r'(<details class="(?:question|success)">\s*<summary>.*?</summary>)(.*?)</details>', re.S)
 QUESTION_SEARCH_BOOST = 3
+# the glossary is one document holding every term, so a term's ranking against short pages is pulled down by the
+# glossary's length; this boost keeps it among the first results for a term it defines ("all-reduce")
+GLOSSARY_SEARCH_BOOST = 2
 _BLOCK_TAGS = re.compile(r"\s*</?(?:p|ul|ol|li)>\s*")
 _INLINE_TAGS = re.compile(r"</?(?:code|sub|sup)>")
 
@@ -87,6 +90,8 @@ def slim_search_index(index_json: str) -> str:
     for doc in index["docs"]:
         if "#" in doc["location"]:
             doc.pop("tags", None)
+        if doc["location"] == "glossary/":
+            doc["boost"] = GLOSSARY_SEARCH_BOOST
         if re.match(r"topics/[^#]*#questions$", doc["location"]):
             # a topic's list of questions: the words a candidate searches for. Each question is also its own entry
             # (its heading, the title field's weight, and its 30-second answer), not boosted further: boosted, a
