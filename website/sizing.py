@@ -385,6 +385,129 @@ def gemm_waves(m: int, n: int, k: int, tile_m: int, tile_n: int, sms: int, split
             "reduction_bytes": reduction, "operand_bytes": operands, "reduction_over_operands": reduction / operands}
 
 
+def prefill_flops(params: float, layers: int, hidden: int, tokens: float) -> float:
+    """FLOPs of one prefill of ``tokens`` tokens: 2 per parameter per token (the weight matmuls; it over-counts the
+    embedding lookup and all logits but the last, a few percent) plus causal attention, whose two products
+    (Q K^T and P V) take 2 x tokens^2 x (heads x head_dim) per layer with the masked half skipped; ``hidden``
+    stands for heads x head_dim (equal in Llama and GPT models)."""
+    return 2.0 * params * tokens + 2.0 * layers * hidden * float(tokens) ** 2
+
+
+def mla_kv_cache(layers: int, latent_dim: int, rope_dim: int, heads: int, qk_head_dim: int, v_head_dim: int,
+                 kv_heads: int, head_dim: int, context: int, dtype_bytes: float = 2) -> dict:
+    """KV bytes per token and per sequence of multi-head latent attention (DeepSeek-V2/V3: per layer one
+    compressed latent of ``latent_dim`` plus one decoupled RoPE key of ``rope_dim``, shared by all heads), against
+    the same model with full multi-head K and V (``heads`` heads, K of ``qk_head_dim``, V of ``v_head_dim``) and
+    against a grouped-query layout of ``kv_heads`` heads of ``head_dim`` (``kv_cache``'s formula)."""
+    mla = float(layers * (latent_dim + rope_dim)) * dtype_bytes
+    mha = float(layers * heads * (qk_head_dim + v_head_dim)) * dtype_bytes
+    gqa = kv_cache(layers, kv_heads, head_dim, 1, 1, dtype_bytes)["bytes_per_token"]
+    return {"mla_bytes_per_token": mla, "mha_bytes_per_token": mha, "gqa_bytes_per_token": gqa,
+            "mla_bytes": mla * context, "mha_bytes": mha * context, "gqa_bytes": gqa * context,
+            "mha_over_mla": mha / mla, "gqa_over_mla": gqa / mla}
+
+
+def chunked_prefill(params: float, weight_bytes: float, bandwidth_gbs: float, peak_tflops: float, mfu: float,
+                    batch: int, token_budget: int, prompt_tokens: int, layers: int, kv_heads: int, head_dim: int,
+                    context: int, kv_bytes: float = 2) -> dict:
+    """One step of a server that mixes a decode batch with a prefill chunk (Sarathi-Serve's stall-free batching),
+    on a roofline: the step reads all weights and the ``batch`` sequences' caches at ``context`` tokens at the
+    datasheet bandwidth, and does 2 FLOPs per parameter for each of its ``token_budget`` tokens (one per decoding
+    sequence, the rest a prefill chunk) at ``mfu`` of the peak; it takes the longer of the two. Left out: attention
+    FLOPs (for the chunks of a 4K prompt of an 8B model, under a tenth of their matmul FLOPs on average), the
+    chunk's own KV writes and prefix reads, launch costs. ``ridge_tokens``: the tokens per step at which the two
+    times are equal; below it, prefill tokens ride along at no cost to the decoding sequences' inter-token latency.
+    A prompt of ``prompt_tokens`` takes ceil(prompt / chunk) such steps, the last one partly filled; unchunked, it
+    runs in one step that every decoding sequence waits for."""
+    if token_budget <= batch:
+        raise ValueError(f"a token budget of {token_budget} leaves no room for a prefill chunk next to {batch} decodes")
+    chunk_tokens = token_budget - batch
+    weights = params * weight_bytes
+    kv_read = batch * kv_cache(layers, kv_heads, head_dim, context, 1, kv_bytes)["bytes"]
+    memory_s = (weights + kv_read) / (bandwidth_gbs * GB)
+    rate = peak_tflops * 1e12 * mfu  # the FLOP/s reached
+    compute_s = 2.0 * params * token_budget / rate
+    step_s = max(memory_s, compute_s)
+    decode_only_s = max(memory_s, 2.0 * params * batch / rate)
+    ridge_tokens = memory_s * rate / (2.0 * params)
+    chunks = math.ceil(prompt_tokens / chunk_tokens)
+    last_s = max(memory_s, 2.0 * params * (batch + prompt_tokens - (chunks - 1) * chunk_tokens) / rate)
+    unchunked_s = max(memory_s, 2.0 * params * (batch + prompt_tokens) / rate)
+    return {"weights_bytes": weights, "kv_read_bytes": kv_read, "memory_s": memory_s, "chunk_tokens": chunk_tokens,
+            "compute_s": compute_s, "step_s": step_s, "compute_bound": compute_s > memory_s,
+            "decode_only_s": decode_only_s, "step_over_decode_only": step_s / decode_only_s,
+            "ridge_tokens": ridge_tokens, "free_chunk_tokens": max(0.0, ridge_tokens - batch), "chunks": chunks,
+            "prompt_prefill_s": (chunks - 1) * step_s + last_s, "unchunked_step_s": unchunked_s,
+            "unchunked_over_decode_only": unchunked_s / decode_only_s}
+
+
+def kv_transfer(params: float, layers: int, kv_heads: int, head_dim: int, hidden: int, prompt_tokens: int,
+                gpus: int, link_gbs: float, nvlink_gbs: float, peak_tflops: float, mfu: float,
+                kv_bytes: float = 2) -> dict:
+    """Disaggregated serving: the prompt's KV cache moves from the prefill GPUs to the decode GPUs. Under tensor
+    parallelism each of min(gpus, kv_heads) GPUs holds its own KV heads and sends them on its own link (one NIC
+    per GPU across nodes, its NVLink inside one), all in parallel. Prefill time: ``prefill_flops`` over the
+    ``gpus`` GPUs at ``mfu`` of peak. Streamed layer by layer as each layer's prefill ends, the transfer runs
+    alongside the compute; what is left after the prefill is max(one layer's transfer, the whole transfer minus
+    the prefill plus one layer's prefill), the second when the link is the slower of the two."""
+    kv = kv_cache(layers, kv_heads, head_dim, prompt_tokens, 1, kv_bytes)["bytes"]
+    senders = min(gpus, kv_heads)
+    per_gpu = kv / senders
+    network_s = per_gpu / (link_gbs * GB)
+    prefill_s = prefill_flops(params, layers, hidden, prompt_tokens) / (gpus * peak_tflops * 1e12 * mfu)
+    layer_transfer, layer_prefill = network_s / layers, prefill_s / layers
+    exposed = max(layer_transfer, network_s - prefill_s + layer_prefill)
+    return {"kv_bytes": kv, "senders": senders, "kv_bytes_per_gpu": per_gpu, "one_link_s": kv / (link_gbs * GB),
+            "network_s": network_s, "nvlink_s": per_gpu / (nvlink_gbs * GB), "prefill_s": prefill_s,
+            "prefill_flops": prefill_flops(params, layers, hidden, prompt_tokens),
+            "network_over_prefill": network_s / prefill_s, "layer_transfer_s": layer_transfer,
+            "layer_prefill_s": layer_prefill, "streamed_exposed_s": exposed,
+            "hidden_by_streaming": layer_transfer <= layer_prefill}
+
+
+def kv_swap_vs_recompute(params: float, layers: int, kv_heads: int, head_dim: int, hidden: int, context: int,
+                         host_link_gbs: float, peak_tflops: float, mfu: float, gpus: int = 1,
+                         kv_bytes: float = 2) -> dict:
+    """A preempted sequence of ``context`` tokens: swap its KV cache to host memory and back (each GPU moves its
+    own KV heads over its own host link, at the link's one-direction rate each way), or drop it and recompute it
+    later as one prefill of all its tokens (``prefill_flops`` at ``mfu`` of the GPUs' peak). Both grow at least
+    linearly with the tokens and recomputation's attention term quadratically, so the ratio does not fall with
+    length: at these rates no length makes recomputation the faster. Left out: per-copy overheads (a paged cache
+    moves many small blocks), the host memory swapping takes, and that recomputed tokens can share steps with
+    decoding sequences (a memory-bound step has room for them)."""
+    kv = kv_cache(layers, kv_heads, head_dim, context, 1, kv_bytes)["bytes"]
+    per_gpu = kv / min(gpus, kv_heads)
+    swap_in_s = per_gpu / (host_link_gbs * GB)
+    flops = prefill_flops(params, layers, hidden, context)
+    rate = gpus * peak_tflops * 1e12 * mfu
+    recompute_s = flops / rate
+    linear_s = 2.0 * params * context / rate
+    return {"kv_bytes": kv, "kv_bytes_per_gpu": per_gpu, "swap_in_s": swap_in_s, "swap_s": 2.0 * swap_in_s,
+            "recompute_flops": flops, "recompute_s": recompute_s, "attention_share": 1.0 - linear_s / recompute_s,
+            "recompute_over_swap": recompute_s / (2.0 * swap_in_s), "recompute_over_swap_in": recompute_s / swap_in_s}
+
+
+def ivfpq_memory(vectors: float, dim: int, nlist: int, pq_m: int, pq_bits: int = 8, id_bytes: float = 8,
+                 dtype_bytes: float = 4, gpu_memory_gb: float = 80.0, other_memory_gb: float = 141.0) -> dict:
+    """Memory of an IVF-PQ index (FAISS IndexIVFPQ's layout): per vector a PQ code of pq_m x pq_bits bits and its
+    id in the inverted list; once, the nlist coarse centroids (fp32, dim each) and the PQ codebooks (pq_m of them,
+    2^pq_bits centroids of dim / pq_m floats each: 2^pq_bits x dim floats in all). Against the flat index (the raw
+    vectors at ``dtype_bytes``) and two GPU sizes: the GPUs needed to hold it (no room left for search buffers)."""
+    if dim % pq_m:
+        raise ValueError(f"pq_m = {pq_m} does not divide dim = {dim}: each sub-quantizer takes dim / pq_m dimensions")
+    flat = vectors * dim * dtype_bytes
+    codes = vectors * pq_m * pq_bits / 8.0
+    ids = vectors * id_bytes
+    centroids = float(nlist * dim) * 4
+    codebooks = float(2**pq_bits * dim) * 4
+    total = codes + ids + centroids + codebooks
+    return {"flat_bytes": flat, "code_bytes": codes, "id_bytes_total": ids, "centroid_bytes": centroids,
+            "codebook_bytes": codebooks, "bytes_per_vector": (codes + ids) / vectors, "total_bytes": total,
+            "flat_over_total": flat / total, "gpus": math.ceil(total / (gpu_memory_gb * GB)),
+            "other_gpus": math.ceil(total / (other_memory_gb * GB)), "fits": total <= gpu_memory_gb * GB,
+            "other_fits": total <= other_memory_gb * GB, "flat_gpus": math.ceil(flat / (gpu_memory_gb * GB))}
+
+
 def _cm_config(**fields) -> "cm.Config":
     """A cluster_model Config from the fields this module uses; where that Config has grouped-query
     attention (kv_heads), full heads, so the other fields keep their meaning."""
@@ -399,7 +522,9 @@ FORMULAS = {"kv_cache": kv_cache, "training_memory": training_memory, "serving":
             "pipeline_bubble": pipeline_bubble, "decode_intensity": arithmetic_intensity_decode,
             "all_reduce_algorithms": all_reduce_algorithms, "hierarchical_all_reduce": hierarchical_all_reduce,
             "ring_straggler": ring_straggler, "moe_all_to_all": moe_all_to_all,
-            "training_memory_offload": training_memory_offload, "bus_bandwidth": bus_bandwidth, "gemm_waves": gemm_waves}
+            "training_memory_offload": training_memory_offload, "bus_bandwidth": bus_bandwidth,
+            "gemm_waves": gemm_waves, "mla_kv_cache": mla_kv_cache, "chunked_prefill": chunked_prefill,
+            "kv_transfer": kv_transfer, "kv_swap_vs_recompute": kv_swap_vs_recompute, "ivfpq_memory": ivfpq_memory}
 
 # -- problems ---------------------------------------------------------------------------------------
 
@@ -470,6 +595,10 @@ INPUT_RULES = {
     "combine_bytes": POSITIVE,
     "m": _whole(1), "n": _whole(1), "k": _whole(1), "tile_m": _whole(1), "tile_n": _whole(1), "tile_k": _whole(1),
     "sms": _whole(1), "split_k": _whole(1), "partial_bytes": POSITIVE,
+    "latent_dim": _whole(1), "rope_dim": _whole(0), "qk_head_dim": _whole(1), "v_head_dim": _whole(1),
+    "token_budget": _whole(1), "prompt_tokens": _whole(1), "link_gbs": POSITIVE, "nvlink_gbs": POSITIVE,
+    "vectors": _whole(1), "dim": _whole(1), "nlist": _whole(1), "pq_m": _whole(1), "pq_bits": _whole(1, 16),
+    "id_bytes": POSITIVE, "other_memory_gb": POSITIVE,
 }
 
 
