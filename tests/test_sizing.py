@@ -11,7 +11,7 @@ from demos.common import cluster_model as cm
 from records import datasheets
 from records.paths import REPO_ROOT
 from scripts import check
-from website import render, sizing
+from website import markers, render, sizing
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +90,16 @@ def test_the_marker_renders_a_worked_answer_folded(problems):
         render.render_page("{{ sizing nope }}", "sizing.md")
     nested = sizing.expand("{{ sizing kv_llama2_70b }}", "practice/sizing.md")
     assert "](../topics/attention-and-serving.md)" in nested
+
+
+def test_the_inline_marker_inserts_the_computed_answer_labelled_and_linked(problems):
+    """{{ sizing ID answer }}: a 30-second answer quotes a computed number without typing it."""
+    out = sizing.expand("KV per sequence: {{ sizing kv_llama2_70b answer }}.", "topics/attention-and-serving.md")
+    assert out == "KV per sequence: 1.342 GB ([computed](../sizing.md#kv_llama2_70b))."
+    assert sizing.markers_in("{{ sizing kv_llama2_70b answer }}") == ["kv_llama2_70b"]  # the check validates its id
+    assert not markers.strays("a {{ sizing kv_llama2_70b answer }} b")
+    with pytest.raises(ValueError, match="no problem"):
+        sizing.expand("{{ sizing nope answer }}", "sizing.md")
 
 
 def test_chip_figures_come_from_the_datasheets(problems):

@@ -123,7 +123,7 @@ def _falsifiable(marker: Marker) -> None:
 
 
 STRAY = re.compile(r"\{\{|\}\}")
-SIZING = re.compile(r"\{\{\s*sizing\s+[A-Za-z0-9_\-]+\s*\}\}")
+SIZING = re.compile(r"\{\{\s*sizing\s+[A-Za-z0-9_\-]+(?:\s+answer)?\s*\}\}")
 
 
 def strays(text: str, source_name: str = "page") -> list[str]:
@@ -145,7 +145,7 @@ def strays(text: str, source_name: str = "page") -> list[str]:
             words = " ".join(text.splitlines()[line - 1][max(0, column - 20):].split())[:70]  # around the brace
             found.append(f"{source_name}:{line}: {words!r} holds braces that are no marker (a typo, or a marker split "
                          "across lines?); write {{ results DEMO }}, {{ metric ... }}, {{ claim ... }}, "
-                         "{{ artifact ... }} or {{ sizing ID }} on one line")
+                         "{{ artifact ... }}, {{ sizing ID }} or {{ sizing ID answer }} on one line")
         return chunk
 
     transform_outside_code(text, scan)

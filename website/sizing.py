@@ -924,9 +924,12 @@ def render_problem(problem: Problem, number: int | None = None) -> str:
     return "\n".join(out)
 
 
-SIZING_MARKER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s*\}\}")
-# a marker, with the indentation of its line when it stands alone on an indented line (group 1)
-SIZING_IN_TEXT = re.compile(r"(?:^( +)(?=\{\{[^\n]*\}\}[ \t]*$))?\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s*\}\}", re.M)
+SIZING_MARKER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)(?:\s+answer)?\s*\}\}")
+# a marker, with the indentation of its line when it stands alone on an indented line (group 1); group 3 is
+# " answer" for the inline form, {{ sizing ID answer }}: the problem's computed answer in its unit, linked to the
+# worked problem on the sizing page (a 30-second answer's computed number, never typed)
+SIZING_IN_TEXT = re.compile(r"(?:^( +)(?=\{\{[^\n]*\}\}[ \t]*$))?\{\{\s*sizing\s+([A-Za-z0-9_\-]+)(\s+answer)?\s*\}\}",
+                            re.M)
 
 
 def expand(markdown: str, page_src_uri: str = "page") -> str:
@@ -943,6 +946,10 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
         indent, pid = m.group(1), m.group(2)
         if pid not in problems:
             raise ValueError(f"{page_src_uri}: {m.group(0).strip()}: no problem {pid!r} in website/sizing_problems.toml")
+        if m.group(3):  # inline: the computed answer, labelled and linked to its worked steps
+            problem = problems[pid]
+            return (f"{indent or ''}{fmt(computed_answer(problem))} {problem.unit} "
+                    f"([computed]({prefix}sizing.md#{pid}))")
         counter[0] += 1
         text = render_problem(problems[pid], counter[0]).replace("](topics/", f"]({prefix}topics/")
         if not indent:
