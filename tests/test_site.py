@@ -233,6 +233,19 @@ def test_search_index_holds_prose_and_stays_small(built_site):
     assert "data-search-exclude" not in page and "Measured on" in page  # the attribute is consumed, the data shown
 
 
+def test_a_long_section_is_indexed_as_its_opening_then_each_word_once():
+    """The index keeps every term of a long full-answer section (search matches words), not its repeats."""
+    from website.search import LONG_SECTION, compact_section
+
+    short = "A 30-second answer stays whole. " * 10
+    assert compact_section(short) == short and len(short) <= LONG_SECTION
+    long = "Stream capture records the work. " * 40 + "Then NCCL_ALGO=Tree and torch.compile, and the NCCL_ALGO=Tree again."
+    out = compact_section(long)
+    assert out.startswith("Stream capture records the work.") and len(out) < len(long) / 2
+    words = out.split(" … ", 1)[1].split()
+    assert words.count("NCCL_ALGO=Tree") == 1 and "torch.compile" in words and "the" not in words
+
+
 def test_demo_page_shows_the_committed_run_from_its_record(built_site):
     """Issue 16 item 3: a notebook page shows what its committed run produced, from the record (nothing
     is executed at build time), and the downloadable notebook has a kernelspec and a setup cell."""

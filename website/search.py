@@ -78,6 +78,38 @@ _BLOCK_TAGS = re.compile(r"\s*</?(?:p|ul|ol|li)>\s*")
 _INLINE_TAGS = re.compile(r"</?(?:code|sub|sup)>")
 
 
+# A long section of a topic page (a full answer's part) is indexed as its opening sentences, which the result list
+# shows, then each further word once, without the commonest English words. Search matches single terms (the
+# theme's lunr index scores words, not phrases), so every term the section holds is still found; only repeats
+# and filler go. It keeps the index within its budget as the answers grow (issue 33: 229 -> about 185 KB).
+LONG_SECTION = 1000  # characters: a 30-second answer (at most 90 words) stays whole
+SECTION_OPENING = 500  # characters of a long section kept as written, cut at a sentence end
+_FILLER = frozenset(
+    "a an the and or of to in on for by with as at from is are was were be been being it its this that these those "
+    "which who whom what when where how why than then so such not no nor but if into onto over under per each every "
+    "all any both either neither one can may might will would should could do does did done has have had having "
+    "more most less least very also only just about after before between while there their them they we you our "
+    "your he she his her him i me my".split())
+
+
+def compact_section(text: str) -> str:
+    """A long section's text as its opening sentences, then every further word once (see LONG_SECTION)."""
+    if len(text) <= LONG_SECTION:
+        return text
+    head = text[:SECTION_OPENING]
+    cut = head.rfind(". ")
+    head = head[:cut + 1] if cut > SECTION_OPENING // 2 else head.rsplit(" ", 1)[0]
+    seen = {w.strip(".,;:()[]'\"").lower() for w in head.split()}
+    rest = []
+    for word in text[len(head):].split():
+        bare = word.strip(".,;:()[]'\"")
+        key = bare.lower()
+        if len(key) > 1 and key not in seen and key not in _FILLER:
+            seen.add(key)
+            rest.append(bare)
+    return head + (" … " + " ".join(rest) if rest else "")
+
+
 def slim_search_index(index_json: str) -> str:
     """The theme's search index, smaller and the same to search: a page's tags stay on the page's own
     entry (not copied onto each of its sections); paragraph and list tags become spaces and inline
@@ -98,4 +130,6 @@ def slim_search_index(index_json: str) -> str:
             # page's one question that names a term outranks the page whose subject it is ("all-reduce")
             doc["boost"] = QUESTION_SEARCH_BOOST * doc.get("boost", 1)
         doc["text"] = _INLINE_TAGS.sub("", _BLOCK_TAGS.sub(" ", doc["text"])).strip()
+        if doc["location"].startswith("topics/") and "#" in doc["location"]:
+            doc["text"] = compact_section(doc["text"])
     return json.dumps(index, ensure_ascii=False, separators=(",", ":"))
