@@ -17,7 +17,7 @@ SIZES = {"B", "bytes", "kB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "B/param", "
 RATIOS = {"x", "fraction", "%", "relative", "log ratio", "in magnitude"}
 # Counts, throughputs the datasheet does not bound, and quantities a demo reports (losses, errors, FLOP counts).
 OTHER = {
-    "FLOP/byte", "FLOP/B", "GFLOP", "MFLOP", "ZFLOP", "GFLOP/J", "MB/J", "bits/byte",
+    "FLOP/byte", "FLOP/B", "GFLOP", "MFLOP", "ZFLOP", "GFLOP/J", "MB/J", "bits/byte", "bits",
     "tokens/s", "queries/s", "G loads/s",
     "M", "billion", "parameters", "tokens", "steps", "microbatches", "requests", "records", "rows", "cells",
     "calls", "collectives", "compiles", "kernels", "fusions", "graphs", "breaks", "equations", "nodes", "ops",
