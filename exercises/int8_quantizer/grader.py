@@ -7,7 +7,7 @@ from exercises._grading import describe, load_solution, speed_outputs, speed_ver
 from exercises._isolate import run_solution
 
 TITLE = "Per-channel INT8 quantizer"
-TOPIC = "compression"
+TOPIC = "quantization"
 SUMMARY = "Symmetric per-channel INT8: scales, the [-127, 127] range, round-to-nearest error bound, zero channels, NaN refused."
 SPEED_LIMIT = 10.0  # at most 10x the reference solution on the same weight
 
