@@ -92,12 +92,17 @@ def test_the_marker_renders_a_worked_answer_folded(problems):
     assert "](../topics/attention-and-serving.md)" in nested
 
 
-def test_the_inline_marker_inserts_the_computed_answer_labelled_and_linked(problems):
-    """{{ sizing ID answer }}: a 30-second answer quotes a computed number without typing it."""
+def test_the_inline_marker_inserts_the_computed_answer_labelled(problems):
+    """{{ sizing ID answer }}: a 30-second answer quotes a computed number without typing it, labelled as such."""
     out = sizing.expand("KV per sequence: {{ sizing kv_llama2_70b answer }}.", "topics/attention-and-serving.md")
-    assert out == "KV per sequence: 1.342 GB ([computed](../sizing.md#kv_llama2_70b))."
+    assert out == ("KV per sequence: <span class=\"mm-value\" data-origin=\"computed\" data-sizing=\"kv_llama2_70b\">"
+                   "1.342 GB (computed)</span>.")
     assert sizing.markers_in("{{ sizing kv_llama2_70b answer }}") == ["kv_llama2_70b"]  # the check validates its id
     assert not markers.strays("a {{ sizing kv_llama2_70b answer }} b")
+    from website.site_pages import first_metric, spoken_words
+
+    assert spoken_words("{{ sizing kv_llama2_70b answer }}") == 3  # "1.342 GB (computed)", as a 30-second answer counts
+    assert first_metric("KV: {{ sizing kv_llama2_70b answer }}")[0] == "{{ sizing kv_llama2_70b answer }}"  # its card's number
     with pytest.raises(ValueError, match="no problem"):
         sizing.expand("{{ sizing nope answer }}", "sizing.md")
 

@@ -191,10 +191,21 @@ def short_answers(section: str) -> list[tuple[str, str]]:
     return [(a.question, a.short) for a in answers(section)]
 
 
+SIZING_ANSWER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s+answer\s*\}\}")  # a computed answer, inline
+
+
 def spoken_words(answer: str) -> int:
-    """Words as rendered: a {{ metric }} marker is a number, its unit and its device (3 words); a claim renders as a
-    check mark after its sentence (no word)."""
-    text = MARKER_WORDS.sub(lambda m: " x x x " if m.group(1) == "metric" else " ", answer)
+    """Words as rendered: a {{ metric }} marker is a number, its unit and its device (3 words); a computed answer,
+    {{ sizing ID answer }}, is a number, its problem's unit and "(computed)"; a claim renders as a check mark after
+    its sentence (no word)."""
+    from website import sizing
+
+    def computed(m: re.Match) -> str:
+        problem = sizing.load_problems().get(m.group(1))
+        return " x " + " ".join("x" for _ in (problem.unit.split() if problem else ["unit"])) + " x "
+
+    text = SIZING_ANSWER.sub(computed, answer)
+    text = MARKER_WORDS.sub(lambda m: " x x x " if m.group(1) == "metric" else " ", text)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's text, not its address
     return len(re.findall(r"[A-Za-z0-9][\w'.%/+-]*", text))
 
@@ -305,12 +316,15 @@ BALANCE_DEVICES = ("h100", "h200")
 
 
 def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
-    """The first {{ metric }} marker of a Markdown fragment whose device has a record: (the marker, the
-    metric's label from that record), or None when the fragment quotes no measured number."""
+    """The first number a Markdown fragment quotes: a {{ metric }} marker whose device has a record (the marker, the
+    metric's label from that record) or a computed answer, {{ sizing ID answer }} (the marker, the problem's title);
+    None when it quotes neither."""
     from records import catalog
+    from website import sizing
     from website.claims import gpu_class_for
     from website.markers import find
 
+    measured = None
     for m in find(answer):
         if m.kind != "metric":
             continue
@@ -322,8 +336,14 @@ def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
             continue
         marker = f"{{{{ metric {m.demo} {m.metric} @{m.device} }}}}"
         label = metric.label + (" (fraction of its same-run ceiling)" if m.metric.fraction else "")
-        return marker, label
-    return None
+        at = re.search(r"\{\{\s*metric\s+" + re.escape(m.demo) + r"\s+" + re.escape(str(m.metric)), answer)
+        measured = (at.start() if at else 0, marker, label)
+        break
+    # or a computed answer quoted inline ({{ sizing ID answer }}), whichever the answer quotes first
+    computed = next(((m.start(), f"{{{{ sizing {m.group(1)} answer }}}}", sizing.load_problems()[m.group(1)].title)
+                     for m in SIZING_ANSWER.finditer(answer) if m.group(1) in sizing.load_problems()), None)
+    found = min((x for x in (measured, computed) if x is not None), default=None, key=lambda x: x[0])
+    return None if found is None else (found[1], found[2])
 
 
 def machine_balance() -> str:

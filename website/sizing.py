@@ -411,32 +411,38 @@ def chunked_prefill(params: float, weight_bytes: float, bandwidth_gbs: float, pe
                     batch: int, token_budget: int, prompt_tokens: int, layers: int, kv_heads: int, head_dim: int,
                     context: int, kv_bytes: float = 2) -> dict:
     """One step of a server that mixes a decode batch with a prefill chunk (Sarathi-Serve's stall-free batching),
-    on a roofline: the step reads all weights and the ``batch`` sequences' caches at ``context`` tokens at the
-    datasheet bandwidth, and does 2 FLOPs per parameter for each of its ``token_budget`` tokens (one per decoding
-    sequence, the rest a prefill chunk) at ``mfu`` of the peak; it takes the longer of the two. Left out: attention
-    FLOPs (for the chunks of a 4K prompt of an 8B model, under a tenth of their matmul FLOPs on average), the
-    chunk's own KV writes and prefix reads, launch costs. ``ridge_tokens``: the tokens per step at which the two
-    times are equal; below it, prefill tokens ride along at no cost to the decoding sequences' inter-token latency.
-    A prompt of ``prompt_tokens`` takes ceil(prompt / chunk) such steps, the last one partly filled; unchunked, it
-    runs in one step that every decoding sequence waits for."""
+    on a per-kernel roofline. The weight matmuls read all weights once at the datasheet bandwidth and do 2 FLOPs per
+    parameter for each of the step's ``token_budget`` tokens (one per decoding sequence, the rest a prefill chunk)
+    at ``mfu`` of the peak: they take the longer of the two. Decode attention reads the ``batch`` sequences' caches
+    at ``context`` tokens in its own kernels, between the matmuls, so that time adds to the step and hides no
+    matmul work. ``ridge_tokens``: the tokens per step at which the matmuls turn compute-bound; below it, prefill
+    tokens ride along at no cost to the decoding sequences' inter-token latency. Left out: the chunk's attention
+    FLOPs and its own KV writes and prefix reads, launch costs. A prompt of ``prompt_tokens`` takes
+    ceil(prompt / chunk) steps, the last one partly filled; unchunked, it runs in one step that every decoding
+    sequence waits for."""
     if token_budget <= batch:
         raise ValueError(f"a token budget of {token_budget} leaves no room for a prefill chunk next to {batch} decodes")
     chunk_tokens = token_budget - batch
     weights = params * weight_bytes
     kv_read = batch * kv_cache(layers, kv_heads, head_dim, context, 1, kv_bytes)["bytes"]
-    memory_s = (weights + kv_read) / (bandwidth_gbs * GB)
+    weights_s = weights / (bandwidth_gbs * GB)
+    kv_s = kv_read / (bandwidth_gbs * GB)
     rate = peak_tflops * 1e12 * mfu  # the FLOP/s reached
+
+    def step(tokens: float) -> float:  # attention's cache reads, then the matmuls at the longer of their two times
+        return kv_s + max(weights_s, 2.0 * params * tokens / rate)
+
     compute_s = 2.0 * params * token_budget / rate
-    step_s = max(memory_s, compute_s)
-    decode_only_s = max(memory_s, 2.0 * params * batch / rate)
-    ridge_tokens = memory_s * rate / (2.0 * params)
+    step_s, decode_only_s = step(token_budget), step(batch)
+    ridge_tokens = weights_s * rate / (2.0 * params)
     chunks = math.ceil(prompt_tokens / chunk_tokens)
-    last_s = max(memory_s, 2.0 * params * (batch + prompt_tokens - (chunks - 1) * chunk_tokens) / rate)
-    unchunked_s = max(memory_s, 2.0 * params * (batch + prompt_tokens) / rate)
-    return {"weights_bytes": weights, "kv_read_bytes": kv_read, "memory_s": memory_s, "chunk_tokens": chunk_tokens,
-            "compute_s": compute_s, "step_s": step_s, "compute_bound": compute_s > memory_s,
-            "decode_only_s": decode_only_s, "step_over_decode_only": step_s / decode_only_s,
-            "ridge_tokens": ridge_tokens, "free_chunk_tokens": max(0.0, ridge_tokens - batch), "chunks": chunks,
+    last_s = step(batch + prompt_tokens - (chunks - 1) * chunk_tokens)
+    unchunked_s = step(batch + prompt_tokens)
+    return {"weights_bytes": weights, "kv_read_bytes": kv_read, "weights_s": weights_s, "kv_s": kv_s,
+            "chunk_tokens": chunk_tokens, "compute_s": compute_s, "step_s": step_s,
+            "compute_bound": compute_s > weights_s, "decode_only_s": decode_only_s,
+            "step_over_decode_only": step_s / decode_only_s, "ridge_tokens": ridge_tokens,
+            "free_chunk_tokens": max(0.0, ridge_tokens - batch), "chunks": chunks,
             "prompt_prefill_s": (chunks - 1) * step_s + last_s, "unchunked_step_s": unchunked_s,
             "unchunked_over_decode_only": unchunked_s / decode_only_s}
 
@@ -926,8 +932,8 @@ def render_problem(problem: Problem, number: int | None = None) -> str:
 
 SIZING_MARKER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)(?:\s+answer)?\s*\}\}")
 # a marker, with the indentation of its line when it stands alone on an indented line (group 1); group 3 is
-# " answer" for the inline form, {{ sizing ID answer }}: the problem's computed answer in its unit, linked to the
-# worked problem on the sizing page (a 30-second answer's computed number, never typed)
+# " answer" for the inline form, {{ sizing ID answer }}: the problem's computed answer in its unit, labelled
+# "computed" (a 30-second answer's computed number, never typed; its worked steps are on the sizing page)
 SIZING_IN_TEXT = re.compile(r"(?:^( +)(?=\{\{[^\n]*\}\}[ \t]*$))?\{\{\s*sizing\s+([A-Za-z0-9_\-]+)(\s+answer)?\s*\}\}",
                             re.M)
 
@@ -946,10 +952,10 @@ def expand(markdown: str, page_src_uri: str = "page") -> str:
         indent, pid = m.group(1), m.group(2)
         if pid not in problems:
             raise ValueError(f"{page_src_uri}: {m.group(0).strip()}: no problem {pid!r} in website/sizing_problems.toml")
-        if m.group(3):  # inline: the computed answer, labelled and linked to its worked steps
+        if m.group(3):  # inline: the computed answer, labelled as a metric marker labels a computed value
             problem = problems[pid]
-            return (f"{indent or ''}{fmt(computed_answer(problem))} {problem.unit} "
-                    f"([computed]({prefix}sizing.md#{pid}))")
+            return (f'{indent or ""}<span class="mm-value" data-origin="computed" data-sizing="{pid}">'
+                    f"{html.escape(fmt(computed_answer(problem)))} {html.escape(problem.unit)} (computed)</span>")
         counter[0] += 1
         text = render_problem(problems[pid], counter[0]).replace("](topics/", f"]({prefix}topics/")
         if not indent:
