@@ -191,20 +191,19 @@ def short_answers(section: str) -> list[tuple[str, str]]:
     return [(a.question, a.short) for a in answers(section)]
 
 
-SIZING_ANSWER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s+answer\s*\}\}")  # a computed answer, inline
-
-
 def spoken_words(answer: str) -> int:
     """Words as rendered: a {{ metric }} marker is a number, its unit and its device (3 words); a computed answer,
     {{ sizing ID answer }}, is a number, its problem's unit and "(computed)"; a claim renders as a check mark after
     its sentence (no word)."""
     from website import sizing
 
+    problems = sizing.load_problems()
+
     def computed(m: re.Match) -> str:
-        problem = sizing.load_problems().get(m.group(1))
+        problem = problems.get(m.group(1))
         return " x " + " ".join("x" for _ in (problem.unit.split() if problem else ["unit"])) + " x "
 
-    text = SIZING_ANSWER.sub(computed, answer)
+    text = sizing.SIZING_ANSWER.sub(computed, answer)
     text = MARKER_WORDS.sub(lambda m: " x x x " if m.group(1) == "metric" else " ", text)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link's text, not its address
     return len(re.findall(r"[A-Za-z0-9][\w'.%/+-]*", text))
@@ -340,8 +339,9 @@ def first_metric(answer: str, docs: Path = DOCS) -> tuple[str, str] | None:
         measured = (at.start() if at else 0, marker, label)
         break
     # or a computed answer quoted inline ({{ sizing ID answer }}), whichever the answer quotes first
-    computed = next(((m.start(), f"{{{{ sizing {m.group(1)} answer }}}}", sizing.load_problems()[m.group(1)].title)
-                     for m in SIZING_ANSWER.finditer(answer) if m.group(1) in sizing.load_problems()), None)
+    problems = sizing.load_problems()
+    computed = next(((m.start(), f"{{{{ sizing {m.group(1)} answer }}}}", problems[m.group(1)].title)
+                     for m in sizing.SIZING_ANSWER.finditer(answer) if m.group(1) in problems), None)
     found = min((x for x in (measured, computed) if x is not None), default=None, key=lambda x: x[0])
     return None if found is None else (found[1], found[2])
 

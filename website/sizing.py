@@ -931,6 +931,7 @@ def render_problem(problem: Problem, number: int | None = None) -> str:
 
 
 SIZING_MARKER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)(?:\s+answer)?\s*\}\}")
+SIZING_ANSWER = re.compile(r"\{\{\s*sizing\s+([A-Za-z0-9_\-]+)\s+answer\s*\}\}")  # only the inline form
 # a marker, with the indentation of its line when it stands alone on an indented line (group 1); group 3 is
 # " answer" for the inline form, {{ sizing ID answer }}: the problem's computed answer in its unit, labelled
 # "computed" (a 30-second answer's computed number, never typed; its worked steps are on the sizing page)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from demos.harness.run import start
+from demos.t5_compression._quant import quantize_weight
 
 run = start(
     "low_bit_formats",
@@ -239,13 +240,8 @@ w = torch.randn(N, Kd, generator=gen) / math.sqrt(Kd)
 bias = 0.1 * torch.randn(N, generator=gen)
 
 
-def quant_rows(t):  # symmetric INT8, one scale per row
-    s = t.abs().amax(1, keepdim=True) / 127
-    return torch.round(t / s).clamp(-127, 127).to(torch.int8), s
-
-
-qa, s_a = quant_rows(xa)
-qw, s_w = quant_rows(w)
+qa, s_a = quantize_weight(xa, 8, per_channel=True)  # symmetric INT8, one scale per row (of activations too)
+qw, s_w = quantize_weight(w, 8, per_channel=True)
 acc = torch._int_mm(qa, qw.T.contiguous())  # int8 x int8 -> int32
 exact = qa.long() @ qw.long().T
 run.check("int_mm.exact", acc.dtype == torch.int32 and torch.equal(acc.long(), exact),
