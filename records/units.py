@@ -23,7 +23,7 @@ OTHER = {
     "calls", "collectives", "compiles", "kernels", "fusions", "graphs", "breaks", "equations", "nodes", "ops",
     "instructions", "registers", "register/thread", "sectors", "lines", "way", "threads", "cores", "GPUs", "ranks",
     "processes", "streams", "buffers", "allocations", "tensors", "transfers", "buckets", "passes", "repeats",
-    "runs", "cases", "pairs", "plans", "messages", "warnings", "pixels", "ones", "binades", "bit patterns", "bool",
+    "runs", "windows", "cases", "pairs", "plans", "messages", "warnings", "pixels", "ones", "binades", "bit patterns", "bool",
     "nats", "norm", "abs", "mse", "ulp", "logit", "lr", "value",
 }
 UNITS = frozenset({*BYTE_RATES, *FLOP_RATES, *TIMES, *SIZES, *RATIOS, *OTHER})
