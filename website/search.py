@@ -81,9 +81,10 @@ _INLINE_TAGS = re.compile(r"</?(?:code|sub|sup)>")
 # A long section of a topic page (a full answer's part) is indexed as its opening sentences, which the result list
 # shows, then each further word once, without the commonest English words. Search matches single terms (the
 # theme's lunr index scores words, not phrases), so every term the section holds is still found; only repeats
-# and filler go. It keeps the index within its budget as the answers grow (issue 33: 229 -> about 185 KB).
-LONG_SECTION = 1000  # characters: a 30-second answer (at most 90 words) stays whole
-SECTION_OPENING = 500  # characters of a long section kept as written, cut at a sentence end
+# and filler go. It keeps the index within its budget as the answers grow (issue 33: 229 -> about 185 KB; issue 34's
+# topic page took it back to 201 KB, and the shorter opening and threshold below to about 195 KB).
+LONG_SECTION = 800  # characters: a 30-second answer (at most 90 words, about 650 characters) stays whole
+SECTION_OPENING = 400  # characters of a long section kept as written, cut at a sentence end
 _FILLER = frozenset(
     "a an the and or of to in on for by with as at from is are was were be been being it its this that these those "
     "which who whom what when where how why than then so such not no nor but if into onto over under per each every "

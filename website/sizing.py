@@ -514,6 +514,33 @@ def ivfpq_memory(vectors: float, dim: int, nlist: int, pq_m: int, pq_bits: int =
             "other_fits": total <= other_memory_gb * GB, "flat_gpus": math.ceil(flat / (gpu_memory_gb * GB))}
 
 
+def microbatch_capacity(params: float, features: int, kernels: int, launch_us: float, host_link_gbs: float,
+                        peak_tflops: float, mfu: float, stage_budget_ms: float, max_batch: int = 1024) -> dict:
+    """Requests per second one GPU scores for a small model within a latency budget for the model stage.
+    A batch of b requests costs a fixed c (``kernels`` launches) plus b x r (each request's fp32 features and its
+    score over the host link, and 2 x params FLOPs at ``mfu`` of peak). A window W gathers the batch: a request
+    waits at most W, then t(b) = c + b r, so W + t(b) <= budget; and the GPU must finish a batch before the next
+    window closes, t(b) <= W, or the queue grows. The best window is half the budget (both limits meet there):
+    rate = (B/2 - c) / ((B/2) r), unless the batch cap binds first: then back-to-back batches of ``max_batch`` serve
+    max_batch / t(max_batch). At batch 1 (no window) one stream serves 1 / (c + r)."""
+    fixed_s = kernels * launch_us * US
+    per_row_s = (features * 4.0 + 4.0) / (host_link_gbs * GB) + 2.0 * params / (peak_tflops * 1e12 * mfu)
+    budget_s = stage_budget_ms * 1e-3
+    best_window_s = budget_s / 2.0
+    if best_window_s <= fixed_s:
+        raise ValueError(f"the fixed cost per batch ({fixed_s * 1e3:.3f} ms) leaves no room in half the "
+                         f"{stage_budget_ms} ms budget")
+    window_rate = (best_window_s - fixed_s) / (best_window_s * per_row_s)
+    capped_rate = max_batch / (fixed_s + max_batch * per_row_s)
+    rate = min(window_rate, capped_rate)
+    batch1_rate = 1.0 / (fixed_s + per_row_s)
+    batch = min(rate * best_window_s, max_batch)
+    return {"fixed_s": fixed_s, "per_row_s": per_row_s, "window_s": batch / rate, "window_rate": window_rate,
+            "batch": batch, "capped": capped_rate < window_rate, "batch_time_s": fixed_s + batch * per_row_s,
+            "queries_per_s": rate, "batch1_queries_per_s": batch1_rate, "batched_over_batch1": rate / batch1_rate,
+            "batch1_latency_s": fixed_s + per_row_s, "fixed_over_row": fixed_s / per_row_s}
+
+
 def _cm_config(**fields) -> "cm.Config":
     """A cluster_model Config from the fields this module uses; where that Config has grouped-query
     attention (kv_heads), full heads, so the other fields keep their meaning."""
@@ -530,7 +557,8 @@ FORMULAS = {"kv_cache": kv_cache, "training_memory": training_memory, "serving":
             "ring_straggler": ring_straggler, "moe_all_to_all": moe_all_to_all,
             "training_memory_offload": training_memory_offload, "bus_bandwidth": bus_bandwidth,
             "gemm_waves": gemm_waves, "mla_kv_cache": mla_kv_cache, "chunked_prefill": chunked_prefill,
-            "kv_transfer": kv_transfer, "kv_swap_vs_recompute": kv_swap_vs_recompute, "ivfpq_memory": ivfpq_memory}
+            "kv_transfer": kv_transfer, "kv_swap_vs_recompute": kv_swap_vs_recompute, "ivfpq_memory": ivfpq_memory,
+            "microbatch_capacity": microbatch_capacity}
 
 # -- problems ---------------------------------------------------------------------------------------
 
@@ -605,6 +633,8 @@ INPUT_RULES = {
     "token_budget": _whole(1), "prompt_tokens": _whole(1), "link_gbs": POSITIVE, "nvlink_gbs": POSITIVE,
     "vectors": _whole(1), "dim": _whole(1), "nlist": _whole(1), "pq_m": _whole(1), "pq_bits": _whole(1, 16),
     "id_bytes": POSITIVE, "other_memory_gb": POSITIVE,
+    "features": _whole(1), "kernels": _whole(1), "launch_us": POSITIVE,
+    "stage_budget_ms": POSITIVE, "max_batch": _whole(1),
 }
 
 
