@@ -31,11 +31,19 @@ def test_flop_counter_equals_the_formula(tiny):
     assert checks["flops.model.gpt2"]["passed"] and checks["flops.model.llama2_7b"]["passed"]
     assert metric(tiny, "crossover.gpt2") == 4 * 768
     assert metric(tiny, "crossover.llama") == 1.5 * 11008
+    assert metric(tiny, "crossover.gpt2_over_d") == 4
+    assert metric(tiny, "crossover.llama_over_d") == 1.5 * 11008 / 4096  # SwiGLU's 1.5 ff is about 4d again
     # 2N per token plus 4 * seq * d per layer (full square), per token
     gpt2_n = 12 * 12 * 768**2 + 50257 * 768  # matmul weights: 12 d^2 per block, and the tied output matrix
     assert metric(tiny, "flops.gpt2.per_token_s1024") * 1e9 == pytest.approx(2 * gpt2_n + 12 * 4 * 1024 * 768)
     series = next(s for s in tiny["series"] if s["name"] == "flops_per_token")
     assert len(series["lines"]) == 4
+    # the counter was run at the crossing itself and on either side of it, not only at powers of two
+    for line in series["lines"]:
+        star = 3072 if line["label"].startswith("gpt2") else 16512
+        assert {star - 1, star, star + 1} <= set(line["x"])
+    for key, star in (("gpt2", 3072), ("llama", 16512)):
+        assert f"equal at seq {star}" in checks[f"crossover.{key}"]["detail"]
 
 
 def test_gqa_expansion_and_kv_cache(tiny):
@@ -55,6 +63,9 @@ def test_broadcasting_bugs_are_caught(tiny):
         assert checks[name]["passed"] and checks[name]["expected_failure"]
     assert metric(tiny, "mse.broadcast_wrong") > 10 * metric(tiny, "mse.right")
     assert 0.9 < metric(tiny, "scores.std_scaled") < 1.1
+    # unscaled, the softmax over 1024 keys is near one-hot; scaled by 1/sqrt(d_head) it is spread out
+    assert metric(tiny, "scores.max_weight_unscaled") > 0.5
+    assert metric(tiny, "scores.max_weight_scaled") < 0.1
 
 
 def test_shape_trace_is_recorded(tiny):

@@ -8,7 +8,8 @@ tracing would). An ASGI wrapper counts requests in flight and answers 503 at onc
 
 The demo starts it with `python -m uvicorn --factory demos.t12_design._fraud_app:create_app`, naming the model
 folder, the feature store and the starting configuration in environment variables (FRAUD_*). POST /config changes
-the model, the batching window and the admission bound between load points, so one server process serves them all.
+the model, the batching window and the admission bound between load points, so one server process serves them all
+(window_ms -1: greedy batching, no timer); {"freeze_gc": true} collects and freezes once the client has warmed it up.
 The feature code and the model loaders live here too, so the demo computes in-process scores with the same code.
 """
 
@@ -140,7 +141,8 @@ def create_app():
               "max_batch": int(os.environ.get("FRAUD_MAX_BATCH", 64)),
               "max_inflight": int(os.environ.get("FRAUD_MAX_INFLIGHT", 0)),  # 0: no bound on requests in flight
               "max_queue_ms": float(os.environ.get("FRAUD_MAX_QUEUE_MS", 0))}  # 0: no bound on time already waited
-    state = {"inflight": 0, "rejected": 0, "queue": None, "batcher": None, "gc_started": 0.0, "gc_max_ms": 0.0}
+    state = {"inflight": 0, "rejected": 0, "queue": None, "batcher": None, "gc_started": 0.0, "gc_max_ms": 0.0,
+             "calls": 0}  # model calls so far: each answer names the call that scored it
 
     def gc_timer(phase, info):
         """Record the longest garbage-collection pause (it stops the event loop, and every request with it)."""
@@ -152,21 +154,27 @@ def create_app():
     gc.callbacks.append(gc_timer)
     if os.environ.get("FRAUD_GC_FREEZE", "1") == "1":
         gc.freeze()  # the objects of the imports and the models are never collected: later collections skip them
+        # freeze only covers objects that exist now: what the first requests import or build lazily (HTTP parser,
+        # routing, validators, the batcher) is not covered until POST /config {"freeze_gc": true} after a warm-up.
 
     async def batcher():
-        """Take the first waiting request, wait window_ms, take what arrived (up to max_batch), score in one call."""
+        """Take the first waiting request, wait window_ms, take what arrived (up to max_batch), score in one call.
+        Greedy (window_ms < 0): no timer, take whatever is queued the moment the worker is free (batch 1 when idle,
+        larger under load, since requests queue while the previous call runs)."""
         queue = state["queue"]
         while True:
             items = [await queue.get()]
-            await asyncio.sleep(config["window_ms"] / 1e3)  # the window opens with the first request
+            if config["window_ms"] > 0:
+                await asyncio.sleep(config["window_ms"] / 1e3)  # the window opens with the first request
             while len(items) < config["max_batch"] and not queue.empty():
                 items.append(queue.get_nowait())
             t0 = time.perf_counter()
             scores = models[config["model"]](np.vstack([x for x, _ in items]))
             model_ms = (time.perf_counter() - t0) * 1e3
+            state["calls"] += 1
             for (_, future), s in zip(items, scores):
                 if not future.done():
-                    future.set_result((float(s), len(items), model_ms))
+                    future.set_result((float(s), len(items), model_ms, state["calls"]))
 
     app = FastAPI()
 
@@ -181,17 +189,19 @@ def create_app():
         x = feature_matrix([req.amount], [req.hour], [req.new_device], [req.country_mismatch], [req.online],
                            user, merchant)
         t_features = time.perf_counter()
-        if config["window_ms"] > 0:
+        if config["window_ms"] != 0:  # a window, or greedy (-1): through the batcher
             if state["batcher"] is None:
                 state["queue"] = asyncio.Queue()
                 state["batcher"] = asyncio.get_running_loop().create_task(batcher())
             future = asyncio.get_running_loop().create_future()
             state["queue"].put_nowait((x, future))
-            s, batch, model_ms = await future
+            s, batch, model_ms, call = await future
         else:
             t0 = time.perf_counter()
             s, batch = float(models[config["model"]](x)[0]), 1
             model_ms = (time.perf_counter() - t0) * 1e3
+            state["calls"] += 1
+            call = state["calls"]
         t_model = time.perf_counter()
         decision = decide(s, req.amount, req.new_device, req.country_mismatch)
         t_decided = time.perf_counter()
@@ -200,7 +210,7 @@ def create_app():
         ms = lambda a, b: (b - a) * 1e3  # noqa: E731
         # "queue" is the wait for the batch to fill (and for the model call itself, in batched mode): model
         # ends when this request's score is back; model_call is the length of the call that scored it.
-        return {"score": s, "decision": decision, "batch": batch,
+        return {"score": s, "decision": decision, "batch": batch, "call": call,
                 "stages_ms": {"parse": ms(t_start, t_parsed), "features": ms(t_parsed, t_features),
                               "model": ms(t_features, t_model), "model_call": model_ms,
                               "decision": ms(t_model, t_decided), "log": ms(t_decided, t_logged),
@@ -208,7 +218,11 @@ def create_app():
 
     @app.post("/config")
     async def set_config(request: Request):
-        config.update(json.loads(await request.body()))
+        body = json.loads(await request.body())
+        if body.pop("freeze_gc", False):  # after a warm-up: the lazily built objects join the frozen ones
+            gc.collect()
+            gc.freeze()
+        config.update(body)
         return config
 
     @app.get("/stats")

@@ -144,9 +144,10 @@ class Pool:
     def __init__(self, port: int, limit: int):
         self.port, self.idle, self.slots = port, [], asyncio.Semaphore(limit)
 
-    async def post(self, path: bytes, body: bytes, sent_at: float) -> tuple[int, bytes]:
+    async def post(self, path: bytes, body: bytes, sent_at: float, on_send) -> tuple[int, bytes]:
         async with self.slots:
             reader, writer = self.idle.pop() if self.idle else await asyncio.open_connection("127.0.0.1", self.port)
+            on_send()  # the actual send time: the request is written now
             try:
                 writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Sent-At: %.6f\r\n"
                              b"Content-Length: %d\r\n\r\n%s" % (path, sent_at, len(body), body))
@@ -165,17 +166,22 @@ class Pool:
 
 async def open_loop(port: int, bodies: list[bytes], rate: float, duration: float, seed: int, timeout: float,
                     connections: int) -> dict:
-    """Send bodies at Poisson times (rate per second, for duration seconds); latency from each scheduled time."""
+    """Send bodies at Poisson times (rate per second, for duration seconds); latency from each scheduled time.
+    Also the send lag of each request: when it was written to its connection minus when it was scheduled (the
+    generator's own lateness, timer slop and a busy client loop, plus any wait for a free connection)."""
     gaps = np.random.default_rng(seed).exponential(1 / rate, int(rate * duration * 2) + 20)
     times = np.cumsum(gaps)
     times = times[times < duration][:len(bodies)]
     loop, pool = asyncio.get_running_loop(), Pool(port, connections)
     out = {"latency_s": np.full(len(times), np.nan), "status": np.zeros(len(times), int),
-           "answers": [None] * len(times)}
+           "answers": [None] * len(times), "send_lag_s": np.full(len(times), np.nan)}
 
     async def one(i, when):
+        def sent():
+            out["send_lag_s"][i] = loop.time() - when
+
         try:
-            status, answer = await asyncio.wait_for(pool.post(b"/score", bodies[i], when + to_epoch),
+            status, answer = await asyncio.wait_for(pool.post(b"/score", bodies[i], when + to_epoch, sent),
                                                     when + timeout - loop.time())
             out["status"][i], out["latency_s"][i] = status, loop.time() - when
             if status == 200:
@@ -206,11 +212,17 @@ def summarize(out: dict, budget_ms: float) -> dict:
     answers = [a for a in out["answers"] if a is not None]
     pct = (lambda q: float(np.percentile(lat[accepted], q))) if accepted.any() else (lambda q: float("nan"))
     stages = {k: np.array([a["stages_ms"][k] for a in answers]) for k in (answers[0]["stages_ms"] if answers else [])}
+    calls = {a["call"]: a["stages_ms"]["model_call"] for a in answers}
+    batches = {a["call"]: a["batch"] for a in answers}
     return {"sent": len(status), "ok": int((status == 200).sum()), "rejected": int((status == 503).sum()),
             "timeouts": int((status == -1).sum()), "errors": int(((status == -2) | ((status > 0) & (status != 200) &
                                                                                    (status != 503))).sum()),
             "p50": pct(50), "p95": pct(95), "p99": pct(99), "over_budget": float((lat[accepted] > budget_ms).mean())
             if accepted.any() else 0.0, "throughput": int((status == 200).sum()) / out["wall_s"],
             "mean_batch": float(np.mean([a["batch"] for a in answers])) if answers else 0.0,
+            # model time per request: the distinct calls' times (a batch's answers share one) over their requests
+            "model_per_request_ms": sum(calls.values()) / sum(batches.values()) if answers else 0.0,
+            "send_lag_p99": float(np.nanpercentile(out["send_lag_s"], 99) * 1e3)
+            if np.isfinite(out["send_lag_s"]).any() else float("nan"),
             "stages": {k: (float(np.percentile(v, 50)), float(np.percentile(v, 99))) for k, v in stages.items()},
             "client_cores": out["client_cpu_s"] / out["wall_s"]}

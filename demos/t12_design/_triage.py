@@ -1,5 +1,5 @@
 """Helpers for the bottleneck-triage demo: the training loss (with optional activation checkpointing), the
-bytes a step's saved activations hold, how many ops or kernels a call dispatches, and the classification rule."""
+bytes a step's saved activations hold, how many ops or kernels a call dispatches, and the bound rule."""
 
 from __future__ import annotations
 
@@ -58,14 +58,17 @@ def dispatched_ops(fn, gpu: bool) -> int:
 
 def triage(step_s: float, flops: float, nbytes: float, n_ops: int, peak_flops: float, bandwidth: float,
            per_op_s: float) -> dict:
-    """Each resource's lower bound on the step, as a fraction of the measured step time, and the largest one.
+    """Each resource's lower bound on the step, as a fraction of the measured step time, and the bound.
 
     compute: FLOPs at the matmul peak; memory: bytes at the copy rate; overhead: ops at the cost of dispatching
-    one trivial op. A compute or memory fraction above 1 would mean a ceiling below what the step achieved. The bound
-    is the resource that explains at least half of the time; when neither compute nor memory does, the step is
-    overhead-bound (dispatch, Python, the host), whatever share the op count alone explains."""
+    one trivial op. A compute or memory fraction above 1 would mean a ceiling below what the step achieved.
+    The rule: compute or memory when that share is at least 0.5 (the larger of the two if both are); else
+    overhead when the op-count share is the largest of the three; else "mixed": no single resource explains
+    the step (small matmuls running below the yardstick, per-op cost and bytes all contribute)."""
     parts = {"compute": flops / peak_flops / step_s, "memory": nbytes / bandwidth / step_s,
              "overhead": n_ops * per_op_s / step_s}
     if max(parts["compute"], parts["memory"]) >= 0.5:
         return {**parts, "bound": "compute" if parts["compute"] >= parts["memory"] else "memory"}
-    return {**parts, "bound": "overhead"}  # neither resource explains half the time: the host's work does
+    if parts["overhead"] >= max(parts["compute"], parts["memory"]):
+        return {**parts, "bound": "overhead"}
+    return {**parts, "bound": "mixed"}

@@ -9,10 +9,14 @@
 # For each step it measures the time, counts the FLOPs (`torch.utils.flop_counter.FlopCounterMode`), the
 # bytes that must move at least (weights, gradients and optimizer state for training; weights and the KV
 # cache for decode) and the ops or kernels dispatched (`torch.profiler`). Each count becomes a lower bound
-# on the time: FLOPs at the matmul peak, bytes at the copy rate, ops at the cost of one trivial op. The
-# largest of the three, as a fraction of the measured step, names the bound (the roofline model: Williams,
-# Waterman, Patterson, [Roofline](https://doi.org/10.1145/1498765.1498785), CACM 2009; the overhead term
-# follows Horace He, [Making Deep Learning Go Brrrr From First Principles](https://horace.io/brrr_intro.html)).
+# on the time: FLOPs at the matmul peak, bytes at the copy rate, ops at the cost of one trivial op; over the
+# measured step, each is that resource's share. The rule: compute- or memory-bound when that share is at
+# least a half; overhead-bound when the op-count share is the largest of the three; otherwise "mixed", no
+# single resource explains the step (the roofline model: Williams, Waterman, Patterson,
+# [Roofline](https://doi.org/10.1145/1498765.1498785), CACM 2009; the overhead term follows Horace He,
+# [Making Deep Learning Go Brrrr From First Principles](https://horace.io/brrr_intro.html)). A second test
+# of overhead: a fixed per-step cost does not grow with the batch, so the baseline and larger batch's times
+# bound how much of the step it can be.
 
 # %%
 import copy
@@ -49,7 +53,8 @@ MiB = 2**20
 #
 # On a CPU the demo's work runs on one thread (the ceilings in the record use every thread), so the
 # peaks used to classify are measured here on that one thread: a 512-cube matmul in fp32 and bf16 and
-# a 64 MiB in-place pass. On a GPU they are the run's ceilings. The overhead yardstick is one trivial
+# a 64 MiB in-place pass. On a GPU they are the run's ceilings. They are recorded (`yardstick.*`), and
+# every share below is computed against them. The overhead yardstick is one trivial
 # op (`add_` on a one-element tensor): on a CPU the cost of dispatching an ATen op, on a GPU the cost of
 # launching a kernel.
 
@@ -77,7 +82,9 @@ run.log(f"  yardsticks: one op {per_op_s * 1e6:.2f} us, fp32 {peak['fp32'] / 1e9
 # autocast (precision); a larger batch (amortizes every per-op cost over more samples); activation
 # checkpointing (a capacity lever: it recomputes each block's forward in the backward pass). Every
 # variant starts from the same weights and its first step's loss and gradients are checked against the
-# baseline's.
+# baseline's. The larger batch also bounds the fixed cost: if a step takes F + V, with V the part that
+# grows with the batch (and grows no faster than it), the baseline's time T1 and the time T2 at k times
+# the batch give F <= (k T1 - T2) / (k - 1).
 
 # %%
 cfg = Config(**S["model"], max_len=max(S["seq"], S["ctx"] + 1))
@@ -141,6 +148,9 @@ run.check_close("train.big_batch.loss", train["big_batch"]["loss"], torch.stack(
 for name, v in train.items():
     v["timing"] = run.time(v["step"])
     v["per_sample_s"] = v["timing"].median_s / (BIG if name == "big_batch" else B)
+# The most of the baseline step that can be a fixed cost (one that does not grow with the batch):
+k_batch, t1, t2 = BIG / B, ref["timing"].median_s, train["big_batch"]["timing"].median_s
+fixed_share_max = (k_batch * t1 - t2) / (k_batch - 1) / t1
 
 # %% [markdown]
 # ### What the training step needs: FLOPs, bytes, ops and memory
@@ -291,8 +301,14 @@ for name in dec_need:
                  round(d["bytes"] / MiB, 2), d["ops"], round(c["compute"], 3), round(c["memory"], 3),
                  round(c["overhead"], 3), c["bound"]])
 kinds = "kernels" if gpu else "ATen ops"
-run.table("triage", f"Training step: {cls['baseline']['bound']}-bound; decode step: "
-          f"{decode['baseline']['triage']['bound']}-bound (each resource's lower bound over the measured time)",
+
+
+def bound_words(b):
+    return "mixed (no single resource explains it)" if b == "mixed" else f"{b}-bound"
+
+
+run.table("triage", f"Training step: {bound_words(cls['baseline']['bound'])}; decode step: "
+          f"{bound_words(decode['baseline']['triage']['bound'])} (each resource's lower bound over the measured time)",
           ["step", "time (ms)", "GFLOP", "least MiB moved", kinds, "compute share", "memory share", "overhead share",
            "bound"], rows)
 
@@ -323,6 +339,12 @@ run.table("capacity", "Training memory: what the step needs, and what checkpoint
 
 run.metric("params_m", n_params / 1e6, "M", label="decoder parameters", origin="computed")
 run.metric("per_op_us", per_op_s * 1e6, "us", label="dispatching one trivial op (a kernel launch on a GPU)")
+where = "the run's ceiling" if gpu else "one thread, 512-cube matmul"
+for dt, dtype in (("fp32", "float32"), ("bf16", "bfloat16")):
+    run.metric(f"yardstick.{dt}_gflops", peak[dt] / 1e9, "GFLOP/s", dtype=dtype,
+               label=f"{dt} matmul peak the compute shares use ({where})")
+run.metric("yardstick.copy_gbps", bandwidth / 1e9, "GB/s", label="copy rate the memory shares use (" +
+           ("the run's ceiling)" if gpu else "one thread, in-place pass over 64 MiB, bytes read + written)"))
 run.metric("yardstick.bf16_over_fp32", peak["bf16"] / peak["fp32"], "x",
            label="bf16 matmul rate over fp32's, as classified")
 shares = [*((f"train.{k}", v) for k, v in cls.items()), *((f"decode.{k}", decode[k]["triage"]) for k in dec_need)]
@@ -340,12 +362,19 @@ if S["compile"]:
     run.metric("train.compile.first_call_s", train["compile"]["first_s"], "s",
                label="first compiled forward and backward")
     run.metric("decode.compile.first_call_s", out["compile"][1], "s", label="first compiled decode step")
-run.metric("train.baseline.ops", need["baseline"]["ops"], "kernels" if gpu else "ops", label=f"{kinds} per step")
-run.metric("decode.baseline.ops", decode["baseline"]["ops"], "kernels" if gpu else "ops", label=f"{kinds} per step")
+for name, n_ops, what in [*((f"train.{k}", n["ops"], TRAIN[k][0]) for k, n in need.items()),
+                          *((f"decode.{k}", decode[k]["ops"], DECODE[k][0]) for k in dec_need)]:
+    run.metric(f"{name}.ops", n_ops, "kernels" if gpu else "ops", label=f"{kinds} per step, {what}")
+run.metric("train.big_batch.time_ratio", t2 / t1, "x", label=f"training step time at batch {BIG} over batch {B}")
+run.metric("train.fixed_share_max", fixed_share_max, "fraction",
+           label=f"upper bound on the share of the batch-{B} step that does not grow with the batch, "
+                 f"(k T1 - T2) / (k - 1) / T1 with k = {BIG // B}")
 run.metric("train.baseline.tflops", need["baseline"]["flops"] / ref["timing"].median_s / 1e12, "TFLOP/s",
-           ceiling="matmul_fp32", label="counted FLOPs over the fp32 step time")
+           dtype="float32", label="counted FLOPs over the fp32 step time")
+# Only on a GPU is the run's copy ceiling the yardstick the memory shares use (on a CPU that is one thread's).
 run.metric("decode.baseline.gbps", decode["baseline"]["bytes"] / decode["baseline"]["timing"].median_s / 1e9, "GB/s",
-           ceiling="copy_bandwidth", cache_resident=run.cache_resident(int(decode["baseline"]["bytes"]), flush=False),
+           ceiling="copy_bandwidth" if gpu else None,
+           cache_resident=run.cache_resident(int(decode["baseline"]["bytes"]), flush=False),
            label="weights and KV cache bytes over the batch-1 decode step time")
 run.metric("train.state_mib", state_bytes / MiB, "MiB", origin="computed", label="weights, gradients, AdamW moments")
 run.metric("train.activations_mib", need["baseline"]["act"] / MiB, "MiB", label="saved activations, baseline")

@@ -2,11 +2,11 @@
 # # Model monitoring: bias and variance, calibration, drift, and what watching a model costs
 #
 # Three ideas an ML systems engineer is asked to explain, each measured on synthetic data whose truth is
-# known: (1) the bias-variance decomposition of test error across model capacity, checked to add up;
+# known: (1) the bias-variance decomposition across model capacity, set beside the test MSE on fresh labels;
 # (2) calibration error of an overfit classifier and its repair by temperature scaling; (3) input drift
 # and concept drift on a stream of windows, with the alarm delay and the false-alarm rate of two common
-# rules (PSI and a Kolmogorov-Smirnov test), and the accuracy the model lost. Last, the cost of the
-# monitoring itself per 1,000 rows.
+# rules (PSI and a Kolmogorov-Smirnov test) and of a PSI on the model's own scores, and the accuracy the
+# model lost. Last, the cost of the monitoring itself per 1,000 rows.
 
 # %%
 import lightgbm as lgb
@@ -42,8 +42,12 @@ run.not_run("cuda", "scikit-learn, LightGBM and SciPy run on the host; the lesso
 # Test error at a point x, averaged over training sets D and label noise, splits exactly into
 # bias^2 = (E_D[f_D(x)] - f(x))^2, variance = Var_D[f_D(x)] and noise = sigma^2 (Geman, Bienenstock and
 # Doursat, "Neural Networks and the Bias/Variance Dilemma", Neural Computation 1992). Regression trees of
-# depth 1 to 12 are fit to many training sets drawn from y = sin(2 pi x) + noise; each tree is scored on
-# fresh noisy labels on a fixed grid, and that measured MSE must equal the three terms added up.
+# depth 1 to 12 are fit to B training sets drawn from y = sin(2 pi x) + noise. The estimates are the unbiased
+# ones: variance across the B trees with ddof=1, and bias^2 as the plug-in (mean of the B trees - f)^2 minus
+# variance / B, since the plug-in's expectation is bias^2 + variance / B (so it can dip below zero when the
+# bias is nil). On these estimates bias^2 + variance + noise is exactly the mean squared gap between the trees
+# and f plus sigma^2; the check compares that sum with the MSE each tree scores on fresh noisy labels on a
+# fixed grid, so their gap is the sampling error of those fresh labels, not a test of the identity.
 # In practice there is one training set: bootstrap resamples of it stand in for new ones.
 
 # %%
@@ -69,15 +73,18 @@ for depth in S["depths"]:
         boot.append(DecisionTreeRegressor(max_depth=depth, random_state=b).fit(one_set[idx, None], one_y[idx])
                     .predict(GRID[:, None]))
     preds = np.array(preds)
-    bias2 = float(((preds.mean(0) - true_f(GRID)) ** 2).mean())
-    var = float(preds.var(0).mean())
+    # Unbiased estimates: the variance across the B trees with ddof=1, and the plug-in bias^2 less variance / B
+    # (its expectation is bias^2 + variance / B). Their sum equals the plug-in bias^2 + the ddof=0 variance.
+    var = float(preds.var(0, ddof=1).mean())
+    bias2 = float(((preds.mean(0) - true_f(GRID)) ** 2).mean()) - var / B
     bv[depth] = {"bias2": bias2, "var": var, "noise": SIGMA ** 2, "mse": float(np.mean(sq_err)),
-                 "boot_var": float(np.array(boot).var(0).mean())}
+                 "boot_var": float(np.array(boot).var(0, ddof=1).mean())}
     bv[depth]["sum"] = bias2 + var + SIGMA ** 2
 
 worst_gap = max(abs(v["sum"] - v["mse"]) / v["mse"] for v in bv.values())
 run.check("bias_variance.adds_up", worst_gap < 0.06,
-          f"bias^2 + variance + noise vs measured test MSE, every depth: largest relative gap {worst_gap:.3f} (< 0.06)")
+          f"the decomposition is exact on these estimates; against the test MSE measured on fresh noisy labels it "
+          f"differs by at most {worst_gap:.3f} of the MSE (< 0.06) over depths, the sampling error of those labels")
 D = S["depths"]
 best = min(D, key=lambda d: bv[d]["mse"])
 run.check("bias_variance.u_shape", D[0] < best < D[-1] and bv[D[-1]]["var"] > bv[D[0]]["var"]
@@ -153,13 +160,16 @@ run.check("temperature.overconfident", T > 1, f"fitted temperature {T:.2f} > 1: 
 # trained on reference data, which also fixes each feature's 10 quantile bins for the Population
 # Stability Index, PSI = sum over bins of (q - p) ln(q / p) (p: the reference's share, q: the window's).
 # Two alarm rules run on every window: any feature's PSI > 0.2 (the usual "significant shift" level), and
-# any feature's two-sample KS test p-value < 0.01 / d (Bonferroni over the d features). Three streams,
-# each changing at the middle window, and one stream that never changes, for the false-alarm rate:
+# any feature's two-sample KS test p-value < 0.01 / d (Bonferroni over the d features). A third rule watches
+# the model's own output: the PSI of its predicted probabilities against the reference's scores (10 quantile
+# bins of those), with the same 0.2 level. Three streams, each changing at the middle window, and one stream
+# that never changes, for the false-alarm rate:
 #
 # - covariate drift on a used feature: x0's mean rises steadily, by 2 standard deviations at the last
 #   window, taking the inputs where the linear model extrapolates badly;
 # - covariate drift on an unused feature: x_{d-1} jumps by one standard deviation; the model ignores it;
-# - concept drift: the inputs stay put, and feature 1's effect on the label changes sign.
+# - concept drift: the inputs stay put, and feature 1's effect on the label changes sign. The score is a
+#   function of the inputs alone, so its distribution cannot move either: only labels can show this one.
 #
 # Labels come late in production; accuracy is computed per window as if they had all arrived.
 
@@ -191,10 +201,26 @@ def bin_shares(x):
 REF_SHARE = bin_shares(X_ref)
 
 
-def psi(x, eps=1e-4):
+def psi_from_shares(p, q, eps=1e-4):
+    p, q = np.clip(p, eps, None), np.clip(q, eps, None)
+    return ((q - p) * np.log(q / p)).sum(-1)
+
+
+def psi(x):
     """PSI of every feature of window x against the reference's quantile bins."""
-    p, q = np.clip(REF_SHARE, eps, None), np.clip(bin_shares(x), eps, None)
-    return ((q - p) * np.log(q / p)).sum(1)
+    return psi_from_shares(REF_SHARE, bin_shares(x))
+
+
+# The model's scores on the reference fix 10 quantile bins of the score, as for a feature.
+REF_SCORES = model.predict_proba(X_ref)[:, 1]
+SCORE_EDGES = np.quantile(REF_SCORES, LEVELS)
+score_shares = lambda prob: np.bincount(np.searchsorted(SCORE_EDGES, prob), minlength=10) / len(prob)  # noqa: E731
+REF_SCORE_SHARE = score_shares(REF_SCORES)
+
+
+def score_psi(prob):
+    """PSI of one window's predicted probabilities against the reference's scores."""
+    return float(psi_from_shares(REF_SCORE_SHARE, score_shares(prob)))
 
 
 def ks_scipy(x):
@@ -220,9 +246,14 @@ def ks_stat(x):
     return out
 
 
-def monitor(x):
+def monitor(x, prob=None):
     p = psi(x)
-    return {"psi_max": float(p.max()), "psi_alarm": bool(p.max() > 0.2), "ks_alarm": bool(ks_stat(x).max() > KS_CRIT)}
+    s_psi = score_psi(model.predict_proba(x)[:, 1] if prob is None else prob)
+    return {"psi_max": float(p.max()), "psi_alarm": bool(p.max() > 0.2), "ks_alarm": bool(ks_stat(x).max() > KS_CRIT),
+            "score_psi": s_psi, "score_psi_alarm": bool(s_psi > 0.2)}
+
+
+RULES = {"psi": "PSI", "ks": "KS", "score_psi": "score PSI"}
 
 
 # PSI checked against its exact value for binned normals: bins at N(0,1) quantiles, a window from N(0.5, 1).
@@ -258,23 +289,31 @@ for name, (label, shift) in SCENARIOS.items():
     for w in range(NW):
         x, yy = draw(r, W, **shift(w))
         prob = model.predict_proba(x)[:, 1]
-        rows.append({**monitor(x), "acc": float(((prob > 0.5) == yy).mean()), "auc": float(roc_auc_score(yy, prob))})
+        rows.append({**monitor(x, prob), "acc": float(((prob > 0.5) == yy).mean()),
+                     "auc": float(roc_auc_score(yy, prob))})
     windows_seen[name] = rows
     pre, post = rows[:SHIFT_AT], rows[SHIFT_AT:]
-    first = {rule: next((i for i, row in enumerate(post) if row[f"{rule}_alarm"]), None) for rule in ("psi", "ks")}
+    first = {rule: next((i for i, row in enumerate(post) if row[f"{rule}_alarm"]), None) for rule in RULES}
     drift[name] = {"label": label, "delay": first, "acc_pre": np.mean([r_["acc"] for r_ in pre]),
                    "acc_post": np.mean([r_["acc"] for r_ in post[-10:]]),  # the last ten windows, drift fully in
                    "auc_pre": np.mean([r_["auc"] for r_ in pre]), "auc_post": np.mean([r_["auc"] for r_ in post[-10:]]),
-                   "post_alarm_frac": {rule: np.mean([r_[f"{rule}_alarm"] for r_ in post]) for rule in ("psi", "ks")}}
+                   "post_alarm_frac": {rule: np.mean([r_[f"{rule}_alarm"] for r_ in post]) for rule in RULES},
+                   "score_psi_max_after": max(r_["score_psi"] for r_ in post)}
 
 # The false-alarm rate: many windows from the reference distribution itself.
 r = np.random.default_rng(SEED + 99)
 null = [monitor(draw(r, W)[0]) for _ in range(S["null_windows"])]
-far = {rule: float(np.mean([m[f"{rule}_alarm"] for m in null])) for rule in ("psi", "ks")}
+far = {rule: float(np.mean([m[f"{rule}_alarm"] for m in null])) for rule in RULES}
 null_psi_p99 = float(np.quantile([m["psi_max"] for m in null], 0.99))
+null_score_psi_p99 = float(np.quantile([m["score_psi"] for m in null], 0.99))
+# PSI at a matched false-alarm rate: the threshold is the no-drift quantile of the largest feature PSI that
+# alarms on the same share of drift-free windows as the KS rule, so the two rules' delays compare fairly.
+psi_matched = float(np.quantile([m["psi_max"] for m in null], 1 - far["ks"]))
+psi_matched_delay = next((i for i, row in enumerate(windows_seen["used_feature"][SHIFT_AT:])
+                          if row["psi_max"] > psi_matched), None)
 
 used, unused, concept = drift["used_feature"], drift["unused_feature"], drift["concept"]
-run.check("drift.used_feature.detected_and_hurts", None not in used["delay"].values()
+run.check("drift.used_feature.detected_and_hurts", None not in (used["delay"]["psi"], used["delay"]["ks"])
           and used["acc_post"] < used["acc_pre"] - 0.05,
           f"alarm delay KS {used['delay']['ks']}, PSI {used['delay']['psi']} windows; accuracy "
           f"{used['acc_pre']:.3f} -> {used['acc_post']:.3f}")
@@ -284,6 +323,10 @@ run.check("drift.unused_feature.alarms_without_harm", unused["delay"]["psi"] == 
 run.check("drift.concept.silent_inputs", concept["post_alarm_frac"]["psi"] == 0
           and concept["acc_post"] < concept["acc_pre"] - 0.1,
           f"no PSI alarm after the change; accuracy {concept['acc_pre']:.3f} -> {concept['acc_post']:.3f}")
+run.check("drift.concept.scores_unmoved", concept["post_alarm_frac"]["score_psi"] == 0
+          and concept["score_psi_max_after"] < 0.2,
+          f"the score is a function of the unchanged inputs: no score-PSI alarm after the change, largest score PSI "
+          f"{concept['score_psi_max_after']:.4f} (drift-free p99 {null_score_psi_p99:.4f}, alarm level 0.2)")
 
 # %% [markdown]
 # ## 4. What monitoring costs
@@ -312,7 +355,8 @@ run.series("bias_variance", f"Test error is U-shaped in tree depth: lowest at de
                "variance, bootstrap of one set": (D, [bv[k]["boot_var"] for k in D])},
            hlines={"noise sigma^2": SIGMA ** 2})
 run.table("bias_variance", f"Bias-variance by tree depth ({B} training sets of {N_TRAIN} rows, sigma = {SIGMA})",
-          ["depth", "test MSE (measured)", "bias^2 + var + noise", "bias^2", "variance", "variance (bootstrap)"],
+          ["depth", "test MSE (measured)", "bias^2 + var + noise", "bias^2 (unbiased)", "variance (ddof=1)",
+           "variance (bootstrap)"],
           [[k, round(bv[k]["mse"], 4), round(bv[k]["sum"], 4), round(bv[k]["bias2"], 4), round(bv[k]["var"], 4),
             round(bv[k]["boot_var"], 4)] for k in D])
 diag = [0.0, 1.0]
@@ -327,9 +371,10 @@ run.table("calibration", "Held-out calibration of an overfit GBDT (3 classes, 10
            for k, v in (("T = 1", before), (f"T = {T:.2f}", after))])
 show = lambda v: "none" if v is None else v  # noqa: E731
 run.table("drift", f"Drift at window {SHIFT_AT} of {NW} ({W} rows a window, {NF} features): alarms and accuracy",
-          ["stream", "PSI alarm delay (windows)", "KS alarm delay (windows)", "accuracy before", "accuracy after",
-           "AUC before", "AUC after"],
-          [[v["label"], show(v["delay"]["psi"]), show(v["delay"]["ks"]), round(v["acc_pre"], 3),
+          ["stream", "PSI alarm delay (windows)", "KS alarm delay (windows)", "score PSI alarm delay (windows)",
+           "accuracy before", "accuracy after", "AUC before", "AUC after"],
+          [[v["label"], show(v["delay"]["psi"]), show(v["delay"]["ks"]), show(v["delay"]["score_psi"]),
+            round(v["acc_pre"], 3),
             round(v["acc_post"], 3), round(v["auc_pre"], 3), round(v["auc_post"], 3)] for v in drift.values()])
 ws = list(range(NW))
 run.series("drift_stream", "Inputs can drift with accuracy intact, and accuracy can fall with inputs intact",
@@ -340,10 +385,13 @@ run.series("drift_stream", "Inputs can drift with accuracy intact, and accuracy 
 
 run.metric("bv.best_depth", best, "value", label="tree depth with the lowest measured test MSE")
 run.metric("bv.decomposition_max_rel_gap", worst_gap, "fraction",
-           label="largest |bias^2 + var + noise - MSE| / MSE over depths")
+           label="largest |bias^2 + var + noise - MSE on fresh noisy labels| / MSE over depths: those labels' "
+                 "sampling error")
+BV_LABEL = {"mse": "test MSE on fresh noisy labels", "var": "variance across the trees (ddof=1)",
+            "bias2": "bias^2, unbiased (plug-in less variance / B; may dip below 0)"}
 for tag, k in (("shallow", D[0]), ("best", best), ("deep", D[-1])):
     for key in ("mse", "bias2", "var"):
-        run.metric(f"bv.{tag}.{key}", bv[k][key], "mse", label=f"depth {k}: {key}")
+        run.metric(f"bv.{tag}.{key}", bv[k][key], "mse", label=f"depth {k}: {BV_LABEL[key]}", signed=key == "bias2")
 run.metric("bv.deep_over_best_mse", bv[D[-1]]["mse"] / bv[best]["mse"], "x",
            label="deepest tree's test MSE over the best depth's")
 run.metric("bv.deep.boot_over_true_var", bv[D[-1]]["boot_var"] / bv[D[-1]]["var"], "x",
@@ -358,25 +406,36 @@ for tag, v in (("before", before), ("after", after)):
 run.metric("calib.accuracy", before["acc"], "fraction", label="held-out accuracy (the same before and after)")
 run.metric("calib.ece_before_over_after", before["ece"] / after["ece"], "x", label="held-out ECE before over after")
 for k, v in drift.items():
-    for rule in ("psi", "ks"):
+    for rule, say in RULES.items():
         if v["delay"][rule] is not None:
             run.metric(f"drift.{k}.{rule}_delay", v["delay"][rule], "windows",
-                       label=f"{v['label']}: windows from the change to the first {rule.upper()} alarm")
+                       label=f"{v['label']}: windows from the change to the first {say} alarm")
         if v["delay"][rule] is not None and k == "used_feature":
             run.metric(f"drift.used_feature.{rule}_shift_at_alarm", RATE * (v["delay"][rule] + 1), "value",
-                       label=f"x0's mean shift, in standard deviations, at the first {rule.upper()} alarm")
+                       label=f"x0's mean shift, in standard deviations, at the first {say} alarm")
         run.metric(f"drift.{k}.{rule}_alarm_share_after", v["post_alarm_frac"][rule], "fraction",
-                   label=f"{v['label']}: share of windows after the change with a {rule.upper()} alarm")
+                   label=f"{v['label']}: share of windows after the change with a {say} alarm")
+    run.metric(f"drift.{k}.score_psi_max_after", v["score_psi_max_after"], "value",
+               label=f"{v['label']}: largest PSI of the model's scores after the change")
     run.metric(f"drift.{k}.acc_before", v["acc_pre"], "fraction", label=f"{v['label']}: accuracy before")
     run.metric(f"drift.{k}.acc_after", v["acc_post"], "fraction", label=f"{v['label']}: accuracy, last 10 windows")
     run.metric(f"drift.{k}.acc_drop", v["acc_pre"] - v["acc_post"], "fraction", signed=True,
-               label=f"{v['label']}: accuracy lost")
+               label=f"{v['label']}: accuracy lost (before - after; negative is a gain)")
+    run.metric(f"drift.{k}.acc_abs_change", abs(v["acc_post"] - v["acc_pre"]), "fraction",
+               label=f"{v['label']}: |accuracy after - accuracy before|")
     run.metric(f"drift.{k}.auc_after", v["auc_post"], "value", label=f"{v['label']}: AUC, last 10 windows")
-for rule in ("psi", "ks"):
+for rule, say in RULES.items():
     run.metric(f"drift.null.{rule}_false_alarm_rate", far[rule], "fraction",
-               label=f"{rule.upper()} alarms over {S['null_windows']} windows with no drift")
+               label=f"{say} alarms over {S['null_windows']} windows with no drift")
 run.metric("drift.null.psi_p99", null_psi_p99, "value",
            label="99th percentile of the largest PSI over features, no drift")
+run.metric("drift.null.score_psi_p99", null_score_psi_p99, "value",
+           label="99th percentile of the PSI of the model's scores, no drift")
+run.metric("drift.psi_matched_threshold", psi_matched, "value",
+           label="largest-feature PSI threshold whose no-drift alarm rate matches the KS rule's")
+if psi_matched_delay is not None:
+    run.metric("drift.used_feature.psi_matched_delay", psi_matched_delay, "windows",
+               label="covariate drift, used feature: windows to the first alarm of PSI at the KS-matched threshold")
 per_k = 1000 / W
 for key, t, what in (("monitor", t_psi.median_s + t_ks.median_s, f"PSI + KS on {NF} features (windows of {W})"),
                      ("psi", t_psi.median_s, "PSI alone"),

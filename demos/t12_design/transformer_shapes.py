@@ -293,25 +293,33 @@ with torch.device("meta"):
 # ## 5. Where attention's FLOPs overtake the MLP's
 #
 # Per token and layer the MLP costs 2 x (its parameters), fixed; Q K^T and softmax @ V cost 4 x seq x d,
-# growing with the context. They cross at seq = MLP parameters / 2d: 4d = 3072 for GPT-2, 1.5 ff = 16512
-# for the Llama block (twice that if only the causal half is counted). The counter measures both, per module.
+# growing with the context. They cross at seq S* = MLP parameters / 2d: 4d = 3072 for GPT-2, 1.5 ff = 16512
+# for the Llama block (twice that if only the causal half is counted). SwiGLU's 1.5 ff is about 4d again
+# (its three matrices hold about 8 d^2, as GELU's two do), so both cross near 4d. The counter measures both,
+# per module, over powers of two and at S* - 1, S* and S* + 1: equal at S* itself, not just bracketed.
 
 # %%
-sweep, lines, crossing = S["sweep"], {}, {}
+lines, crossing = {}, {}
 with torch.device("meta"):
     for key, c in (("gpt2", GPT2), ("llama", LLAMA_GQA)):
-        mlp_pt, attn_pt = [], []
+        crossing[key] = star = (3 if c.llama else 2) * c.d * c.ff // (2 * c.d)
+        sweep = sorted({*S["sweep"], star - 1, star, star + 1})
+        mlp, attn = {}, {}  # seq -> counted forward FLOPs of the MLP and of the attention matmuls
         for s in sweep:
             counts = count(lambda: full_blocks[key](torch.randn(1, s, c.d)))
-            mlp_pt.append(sum(counts["Block.mlp"].values()) / s / 1e6)
-            attn_pt.append(sum(n for op, n in counts["Global"].items() if "bmm" in str(op)) / s / 1e6)
-        crossing[key] = (3 if c.llama else 2) * c.d * c.ff // (2 * c.d)
-        run.check(f"crossover.{key}", all((a > m) == (s > crossing[key]) for s, a, m in zip(sweep, attn_pt, mlp_pt)),
-                  f"counted attention-matmul FLOPs exceed the MLP's exactly for seq > {crossing[key]}")
-        lines[f"{key}: MLP"] = (sweep, mlp_pt)
-        lines[f"{key}: Q K^T + softmax @ V"] = (sweep, attn_pt)
-        run.metric(f"crossover.{key}", crossing[key], "tokens", origin="computed",
+            mlp[s] = sum(counts["Block.mlp"].values())
+            attn[s] = sum(n for op, n in counts["Global"].items() if "bmm" in str(op))
+        below, above = [s for s in sweep if s < star], [s for s in sweep if s > star]
+        run.check(f"crossover.{key}", attn[star] == mlp[star] and all(attn[s] < mlp[s] for s in below)
+                  and all(attn[s] > mlp[s] for s in above),
+                  f"FlopCounterMode, attention matmuls vs MLP: equal at seq {star} ({attn[star]:,} FLOPs each), "
+                  f"fewer at seq {', '.join(map(str, below))}, more at seq {', '.join(map(str, above))}")
+        lines[f"{key}: MLP"] = (sweep, [mlp[s] / s / 1e6 for s in sweep])
+        lines[f"{key}: Q K^T + softmax @ V"] = (sweep, [attn[s] / s / 1e6 for s in sweep])
+        run.metric(f"crossover.{key}", star, "tokens", origin="computed",
                    label=f"{key}: sequence length where the attention matmuls' FLOPs overtake the MLP's")
+        run.metric(f"crossover.{key}_over_d", star / c.d, "x", origin="computed",
+                   label=f"{key}: that crossing over the model width d ({c.d})")
 run.series("flops_per_token", "Attention matmuls overtake the MLP at 4d tokens (GPT-2) and 1.5 ff (Llama), "
            "counted by FlopCounterMode", "sequence length (tokens)", "forward MFLOP per token per layer",
            lines, x_log=True, y_log=True, computed=True)
@@ -413,6 +421,12 @@ run.metric("scores.std_unscaled", float(raw.std()), "value", origin="computed",
            label="std of q.k for unit-variance q, k at d_head 128 (sqrt(128) = 11.3 expected)")
 run.metric("scores.std_scaled", float((raw / math.sqrt(128)).std()), "value", origin="computed",
            label="std of q.k / sqrt(d_head) at d_head 128 (1 expected)")
+# What that spread does to the softmax: 256 queries over 1024 keys, the weight of each query's top key
+rows = qs[:256] @ ks[:1024].T  # (256 queries, 1024 keys)
+for name, scores in (("unscaled", rows), ("scaled", rows / math.sqrt(128))):
+    run.metric(f"scores.max_weight_{name}", float(torch.softmax(scores, -1).max(-1).values.mean()), "fraction",
+               origin="computed", label=f"largest softmax weight over 1024 keys, mean over 256 queries, {name} "
+               "q.k at d_head 128 (1 is one-hot; 1/1024 is uniform)")
 
 # %% [markdown]
 # ## Results
