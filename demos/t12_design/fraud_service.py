@@ -9,7 +9,7 @@
 #
 # Measured: p50/p95/p99 end to end and per stage for both models at a few rates; a micro-batching window swept at
 # a fixed rate, against greedy batching (no timer), and throughput against p99 for each; the rate at which p99
-# crosses 50 ms and the saturation throughput; admission control (503) at overload; and, in process, each model's
+# crosses 50 ms and the most the server answered near it; admission control (503) at overload; and, in process, each model's
 # cost at batch 1 against batch 64. The client and the server share this machine's cores (two on the CPU record):
 # every load point records the CPU each used, the server's longest GC pause and the generator's send lag.
 
@@ -239,10 +239,12 @@ try:
         for rate in S["curve_rates"]:
             if load_point(f"curve.{wname(window)}.r{rate}", "mlp", window, rate)["p99"] > BUDGET_MS:
                 break
-    # (c) the rate at which p99 crosses the budget (LightGBM, no window): upward until the first rate over it, each
-    # point longer than the others (near saturation the queue grows for the whole run)
+    # (c) the rate at which p99 crosses the budget (LightGBM, no window), each point longer than the others: upward
+    # past the first rate over budget, until a point also answers under 95% of what was offered (saturated), so
+    # the sweep finds both the crossing and the server's throughput limit
     for rate in S["crossing"]:
-        if load_point(f"cross.r{rate}", "lgbm", 0, rate, duration=S["cross_duration"])["p99"] > BUDGET_MS:
+        p = load_point(f"cross.r{rate}", "lgbm", 0, rate, duration=S["cross_duration"])
+        if p["p99"] > BUDGET_MS and p["throughput"] < 0.95 * rate:
             break
     # (d) admission control at 1.5x the first rate over budget: none; at most 16 requests in the handler; no
     # request that has already waited more than 20 ms (both bounds answer 503 at once)
@@ -323,14 +325,16 @@ for w in [*S["windows"], GREEDY]:
                p["model_per_request_ms"] * 1e3, "us", label=f"MLP at {S['sweep_rate']} requests/s, {what(w)}: the "
                "distinct model calls' time over the requests they scored")
 under = [p["rate"] for k, p in points.items() if k.startswith("cross.") and p["p99"] <= BUDGET_MS]
-run.metric("p99_crossing.last_under_rate", max(under) if under else 0, "queries/s",
+last_under = max(under) if under else 0
+run.metric("p99_crossing.last_under_rate", last_under, "queries/s",
            label="LightGBM, no window: the highest offered rate with p99 within 50 ms (0: none)")
 run.metric("p99_crossing.first_over_rate", over[0]["rate"] if over else 0, "queries/s",
            label="LightGBM, no window: the first offered rate with p99 over 50 ms (0: none in the sweep)")
 cross = [p for k, p in points.items() if k.startswith("cross.")]
 max_throughput = max(p["throughput"] for p in cross)
 run.metric("p99_crossing.max_throughput", max_throughput, "queries/s", label="LightGBM, no window: the most "
-           "answers per second of any crossing point (its saturation throughput, when the sweep reached it)")
+           "answers per second of any crossing point (not a fixed capacity: a busier event loop reads several requests "
+           "per wakeup, so an overloaded server can answer more still)")
 base = points["admit_none"]
 for key, how in (("admit_inflight", "at most 16 requests in the handler"), ("admit_waited", "waited 20 ms at most")):
     run.metric(f"{key}.reject_frac", points[key]["rejected"] / points[key]["sent"], "fraction",
@@ -341,8 +345,8 @@ run.metric("no_admission.over_budget_frac", base["over_budget"], "fraction",
            label=f"no admission control at {overload} requests/s: share of requests over 50 ms")
 run.metric("admission.rate", overload, "queries/s", label="the offered rate of the admission-control points")
 
-run.table("load_points", f"LightGBM without a window answered at most {max_throughput:.0f} requests/s; near that, "
-          "queueing takes the whole 50 ms budget",
+run.table("load_points", f"LightGBM without a window kept p99 within 50 ms up to {last_under} requests/s offered; "
+          "past it, queueing takes the whole budget",
           ["load point", "model", "window (ms)", "offered (req/s)", "p50 (ms)", "p95 (ms)", "p99 (ms)",
            "answered/s", "503", "timeouts", "mean batch", "client cores", "server cores", "GC max (ms)"],
           [[k, p["model"], "greedy" if p["window"] == GREEDY else p["window"], p["rate"], round(p["p50"], 2),
@@ -357,8 +361,8 @@ run.table("stages", f"Server stages at {low} requests/s, no window: the LightGBM
           [[m, *[f"{points[f'{m}.w0.r{low}']['stages'][s][0]:.3f} / {points[f'{m}.w0.r{low}']['stages'][s][1]:.3f}"
                  for s in STAGES], f"{points[f'{m}.w0.r{low}']['p50']:.2f} / {points[f'{m}.w0.r{low}']['p99']:.2f}"]
            for m in ("lgbm", "mlp")])
-run.series("p99_vs_rate", f"LightGBM, no window: p99 rises steeply as the offered rate nears the saturation "
-           f"throughput ({max_throughput:.0f} answers/s)",
+run.series("p99_vs_rate", f"LightGBM, no window: p99 stayed within 50 ms up to {last_under} requests/s offered, "
+           "then rose steeply",
            "offered requests/s", "p99 end to end (ms)",
            {"p99": ([p["rate"] for p in cross], [p["p99"] for p in cross])},
            hlines={"50 ms budget": BUDGET_MS}, y_log=True)
