@@ -29,6 +29,8 @@ FEATURES = ["log_amount", "amount_over_user_mean", "hour_sin", "hour_cos", "nigh
             "merchant_txn_24h", "merchant_log_mean_amount", "merchant_chargeback_rate"]
 USER_COLUMNS = ["txn_24h", "mean_amount", "chargeback_rate", "age_days"]
 MERCHANT_COLUMNS = ["txn_24h", "mean_amount", "chargeback_rate"]
+# A placeholder threshold: a real service sets it from the cost of each error (a missed fraud against a false
+# decline) on matured labels, usually with a review band; the demo measures latency, not this choice.
 THRESHOLD = 0.5  # block at or above this score
 REVIEW_AMOUNT = 2000.0  # the rule: a large amount from a new device in another country goes to review
 
