@@ -11,13 +11,15 @@
 # %%
 import lightgbm as lgb
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, stats
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.tree import DecisionTreeRegressor
 
 from demos.harness.run import start
+from demos.t12_design._monitoring_stats import (bias2_and_variance, calibration_scores, ece_and_bins, ks_statistics,
+                                                psi_from_shares, quantile_shares, stream_rows)
 
 run = start(
     "model_monitoring",
@@ -72,11 +74,7 @@ for depth in S["depths"]:
         idx = rng.integers(0, N_TRAIN, N_TRAIN)  # a bootstrap resample of the one training set
         boot.append(DecisionTreeRegressor(max_depth=depth, random_state=b).fit(one_set[idx, None], one_y[idx])
                     .predict(GRID[:, None]))
-    preds = np.array(preds)
-    # Unbiased estimates: the variance across the B trees with ddof=1, and the plug-in bias^2 less variance / B
-    # (its expectation is bias^2 + variance / B). Their sum equals the plug-in bias^2 + the ddof=0 variance.
-    var = float(preds.var(0, ddof=1).mean())
-    bias2 = float(((preds.mean(0) - true_f(GRID)) ** 2).mean()) - var / B
+    bias2, var = bias2_and_variance(np.array(preds), true_f(GRID))
     bv[depth] = {"bias2": bias2, "var": var, "noise": SIGMA ** 2, "mse": float(np.mean(sq_err)),
                  "boot_var": float(np.array(boot).var(0, ddof=1).mean())}
     bv[depth]["sum"] = bias2 + var + SIGMA ** 2
@@ -104,31 +102,6 @@ run.check("bias_variance.u_shape", D[0] < best < D[-1] and bv[D[-1]]["var"] > bv
 # the NLL are proper scores: both reward calibration and sharpness together.
 
 # %%
-BINS = 15
-
-
-def ece_and_bins(conf, correct, bins=BINS):
-    """Equal-width ECE, and per non-empty bin (mean confidence, accuracy, count)."""
-    which = np.minimum((conf * bins).astype(int), bins - 1)
-    rows, ece = [], 0.0
-    for b in range(bins):
-        m = which == b
-        if m.any():
-            rows.append((float(conf[m].mean()), float(correct[m].mean()), int(m.sum())))
-            ece += m.mean() * abs(correct[m].mean() - conf[m].mean())
-    return float(ece), rows
-
-
-def scores(logits, y, T=1.0):
-    p = special.softmax(logits / T, axis=1)
-    conf, pred = p.max(1), p.argmax(1)
-    ece, rows = ece_and_bins(conf, pred == y)
-    one_hot = np.eye(p.shape[1])[y]
-    nll = float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-15, None)).mean())
-    return {"ece": ece, "rows": rows, "acc": float((pred == y).mean()), "pred": pred, "nll": nll,
-            "brier": float(((p - one_hot) ** 2).sum(1).mean()), "conf": float(conf.mean())}
-
-
 # The ECE code is checked on predictions calibrated by construction: right with probability = confidence.
 c = rng.uniform(1 / 3, 1, 200_000)
 ece_ideal, _ = ece_and_bins(c, rng.uniform(0, 1, c.size) < c)
@@ -142,10 +115,10 @@ tr, va, te = slice(0, n // 2), slice(n // 2, 3 * n // 4), slice(3 * n // 4, n)
 gbdt = lgb.LGBMClassifier(n_estimators=400, num_leaves=63, learning_rate=0.1, min_child_samples=2,
                           n_jobs=run.cpu_threads, verbose=-1, random_state=SEED).fit(X[tr], y[tr])
 logits_va, logits_te = gbdt.predict(X[va], raw_score=True), gbdt.predict(X[te], raw_score=True)
-fit = optimize.minimize_scalar(lambda logT: scores(logits_va, y[va], np.exp(logT))["nll"],
+fit = optimize.minimize_scalar(lambda logT: calibration_scores(logits_va, y[va], np.exp(logT))["nll"],
                                bounds=(-3, 4), method="bounded")
 T = float(np.exp(fit.x))
-before, after = scores(logits_te, y[te]), scores(logits_te, y[te], T)
+before, after = calibration_scores(logits_te, y[te]), calibration_scores(logits_te, y[te], T)
 run.check("temperature.keeps_argmax", np.array_equal(before["pred"], after["pred"]) and before["acc"] == after["acc"],
           f"T = {T:.2f}: every test prediction's class unchanged, accuracy {before['acc']:.4f} both")
 run.check("temperature.lowers_ece", after["ece"] < before["ece"] and after["nll"] < before["nll"],
@@ -180,30 +153,17 @@ RATE = 2.0 / (NW - SHIFT_AT)  # the used feature's mean drifts by 2 standard dev
 LEVELS = np.linspace(0, 1, 11)[1:-1]
 
 
-def draw(r, rows, x0_shift=0.0, unused_shift=0.0, concept=False):
-    x = r.normal(0, 1, (rows, NF))
-    x[:, 0] += x0_shift
-    x[:, -1] += unused_shift
-    logit = 1.5 * x[:, 0] - x[:, 0] ** 2 + 0.5 + (-2.0 if concept else 2.0) * x[:, 1] - 1.5 * x[:, 2]
-    return x, (r.uniform(0, 1, rows) < special.expit(logit)).astype(int)
-
-
-X_ref, y_ref = draw(rng, 10 * W)
+X_ref, y_ref = stream_rows(rng, 10 * W, NF)
 model = LogisticRegression(max_iter=500).fit(X_ref, y_ref)
 EDGES = np.quantile(X_ref, LEVELS, axis=0)  # (9, d): inner bin edges per feature
 
 
 def bin_shares(x):
     """Each feature's share of rows in each of the reference's 10 quantile bins: (d, 10)."""
-    return np.stack([np.bincount(np.searchsorted(EDGES[:, j], x[:, j]), minlength=10) for j in range(NF)]) / len(x)
+    return np.stack([quantile_shares(EDGES[:, j], x[:, j]) for j in range(NF)])
 
 
 REF_SHARE = bin_shares(X_ref)
-
-
-def psi_from_shares(p, q, eps=1e-4):
-    p, q = np.clip(p, eps, None), np.clip(q, eps, None)
-    return ((q - p) * np.log(q / p)).sum(-1)
 
 
 def psi(x):
@@ -214,13 +174,12 @@ def psi(x):
 # The model's scores on the reference fix 10 quantile bins of the score, as for a feature.
 REF_SCORES = model.predict_proba(X_ref)[:, 1]
 SCORE_EDGES = np.quantile(REF_SCORES, LEVELS)
-score_shares = lambda prob: np.bincount(np.searchsorted(SCORE_EDGES, prob), minlength=10) / len(prob)  # noqa: E731
-REF_SCORE_SHARE = score_shares(REF_SCORES)
+REF_SCORE_SHARE = quantile_shares(SCORE_EDGES, REF_SCORES)
 
 
 def score_psi(prob):
     """PSI of one window's predicted probabilities against the reference's scores."""
-    return float(psi_from_shares(REF_SCORE_SHARE, score_shares(prob)))
+    return float(psi_from_shares(REF_SCORE_SHARE, quantile_shares(SCORE_EDGES, prob)))
 
 
 def ks_scipy(x):
@@ -235,15 +194,7 @@ KS_CRIT = float(stats.kstwo.isf(0.01 / NF, round(len(X_ref) * W / (len(X_ref) + 
 
 
 def ks_stat(x):
-    """Largest gap between the reference's and the window's empirical CDFs, per feature (reference sorted once).
-    Between two window points the window's CDF is flat, so the gap peaks at a window point or just before it."""
-    xs = np.sort(x, axis=0)
-    k = np.arange(1, len(xs) + 1) / len(xs)
-    out = np.empty(NF)
-    for j in range(NF):
-        f_ref = np.searchsorted(REF_SORTED[:, j], xs[:, j], "right") / len(REF_SORTED)
-        out[j] = max(np.abs(k - f_ref).max(), np.abs(k - 1 / len(xs) - f_ref).max())
-    return out
+    return ks_statistics(REF_SORTED, x)
 
 
 def monitor(x, prob=None):
@@ -259,13 +210,13 @@ RULES = {"psi": "PSI", "ks": "KS", "score_psi": "score PSI"}
 # PSI checked against its exact value for binned normals: bins at N(0,1) quantiles, a window from N(0.5, 1).
 exact_q = np.diff(stats.norm.cdf(np.r_[-np.inf, stats.norm.ppf(LEVELS), np.inf], loc=0.5))
 exact_psi = float(((exact_q - 0.1) * np.log(exact_q / 0.1)).sum())
-big, _ = draw(np.random.default_rng(SEED + 1), 200_000, x0_shift=0.5)
+big, _ = stream_rows(np.random.default_rng(SEED + 1), 200_000, NF, x0_shift=0.5)
 got_psi = float(psi(big)[0])
 run.check("psi.vs_exact", abs(got_psi - exact_psi) < 0.05 * exact_psi,
           f"PSI of 200,000 rows from N(0.5, 1): {got_psi:.4f}, exact for binned normals {exact_psi:.4f} (within 5%)")
 agree, alarms, gap_d = 0, 0, 0.0
 for i, shift in enumerate((0.0, 0.1, 0.2, 0.4)):
-    x_chk, _ = draw(np.random.default_rng(SEED + 2 + i), W, x0_shift=shift)
+    x_chk, _ = stream_rows(np.random.default_rng(SEED + 2 + i), W, NF, x0_shift=shift)
     sp = [stats.ks_2samp(X_ref[:, j], x_chk[:, j], method="asymp") for j in range(NF)]
     gap_d = max(gap_d, float(np.abs(ks_stat(x_chk) - [t.statistic for t in sp]).max()))
     alarms += bool(ks_stat(x_chk).max() > KS_CRIT)
@@ -287,7 +238,7 @@ for name, (label, shift) in SCENARIOS.items():
     r = np.random.default_rng(SEED + 10 + len(drift))
     rows = []
     for w in range(NW):
-        x, yy = draw(r, W, **shift(w))
+        x, yy = stream_rows(r, W, NF, **shift(w))
         prob = model.predict_proba(x)[:, 1]
         rows.append({**monitor(x, prob), "acc": float(((prob > 0.5) == yy).mean()),
                      "auc": float(roc_auc_score(yy, prob))})
@@ -302,7 +253,7 @@ for name, (label, shift) in SCENARIOS.items():
 
 # The false-alarm rate: many windows from the reference distribution itself.
 r = np.random.default_rng(SEED + 99)
-null = [monitor(draw(r, W)[0]) for _ in range(S["null_windows"])]
+null = [monitor(stream_rows(r, W, NF)[0]) for _ in range(S["null_windows"])]
 far = {rule: float(np.mean([m[f"{rule}_alarm"] for m in null])) for rule in RULES}
 null_psi_p99 = float(np.quantile([m["psi_max"] for m in null], 0.99))
 null_score_psi_p99 = float(np.quantile([m["score_psi"] for m in null], 0.99))
@@ -338,7 +289,7 @@ run.check("drift.concept.scores_unmoved", concept["post_alarm_frac"]["score_psi"
 # alarm only needs the statistic against a threshold computed once.
 
 # %%
-x_win, _ = draw(np.random.default_rng(SEED + 5), W)
+x_win, _ = stream_rows(np.random.default_rng(SEED + 5), W, NF)
 t_psi = run.time(lambda: psi(x_win), flush=False)
 t_ks = run.time(lambda: ks_stat(x_win), flush=False)
 t_ks_scipy = run.time(lambda: ks_scipy(x_win), flush=False)
@@ -374,8 +325,7 @@ run.table("drift", f"Drift at window {SHIFT_AT} of {NW} ({W} rows a window, {NF}
           ["stream", "PSI alarm delay (windows)", "KS alarm delay (windows)", "score PSI alarm delay (windows)",
            "accuracy before", "accuracy after", "AUC before", "AUC after"],
           [[v["label"], show(v["delay"]["psi"]), show(v["delay"]["ks"]), show(v["delay"]["score_psi"]),
-            round(v["acc_pre"], 3),
-            round(v["acc_post"], 3), round(v["auc_pre"], 3), round(v["auc_post"], 3)] for v in drift.values()])
+            round(v["acc_pre"], 3), round(v["acc_post"], 3), round(v["auc_pre"], 3), round(v["auc_post"], 3)] for v in drift.values()])
 ws = list(range(NW))
 run.series("drift_stream", "Inputs can drift with accuracy intact, and accuracy can fall with inputs intact",
            "window", "accuracy, or largest PSI over features", {
