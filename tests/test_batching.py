@@ -29,11 +29,13 @@ def test_batched_prefill_and_low_load_latency_is_the_service_time(tiny_record):
     assert prefill["max_abs_err"] <= 1e-4  # float32 on the CPU: batching the prompts changes nothing
     checks = {c["name"]: c for c in tiny_record["checks"]}
     # known answers: no request beats its own service time alone (the fitted step times never fall with
-    # the batch), and a request that had the server to itself took exactly that time
+    # the batch), at the lowest load and on a sparse stream, and a request that had the server to itself
+    # (checked on the sparse stream, where most do on any device) took exactly that time
     assert checks["low_load.never_faster_than_alone"]["max_abs_err"] <= 1e-9
-    assert checks["low_load.alone_takes_service_time"]["max_abs_err"] <= 1e-9
+    assert checks["sparse.never_faster_than_alone"]["max_abs_err"] <= 1e-9
+    assert checks["sparse.alone_takes_service_time"]["max_abs_err"] <= 1e-9
     m = tiny_record["metrics"]
-    assert 0 < m["low_load.alone_share"]["value"] <= 1  # the exact check had requests to test
+    assert 0 < m["low_load.alone_share"]["value"] <= 1  # on the CPU some requests are alone at the lowest load too
     assert 1 - 1e-9 <= m["low_load.p50_over_service_time"]["value"] < 2  # overlapping requests only add time
     assert m["low_load.arrivals_x_service_time"]["value"] > 0
 
