@@ -10,7 +10,9 @@ A member is refused, with one line naming it (a name with a control character sh
   in records/datasheets.toml, no rate above its datasheet, every check passed, a commit, no fixture, and the
   demo is in the GPU set (records/gpu_set.toml); these are the check's per-record rules (scripts/check.py);
 - it is no stale record over a fresh one (a fresh record replaces anything; a stale one replaces a stale,
-  malformed or missing one, and is copied with a note saying it is stale);
+  malformed or missing one, and is copied with a note saying it is stale); freshness is judged as it will be
+  after the copy, so a record that reads other records (machine_laws reads kernel_fusion's) is judged against
+  the ones it arrives with;
 - its target is written through no symbolic link: neither docs/results/<demo>/ nor the file is a link (nor
   anything but a folder and a regular file), and the file's real path lies inside the results folder.
 The accepted records are then copied, atomically (records/atomic.py), into docs/results/<demo>/ (or --results-dir).
@@ -24,12 +26,14 @@ Exit code 0 when every record was copied, 1 when some were refused, 2 for unusab
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
 import stat
 import sys
 import tarfile
+import tempfile
 import zlib
 from pathlib import Path
 from typing import NoReturn
@@ -37,7 +41,7 @@ from typing import NoReturn
 from records import atomic, catalog, datasheets, devices, gpu_set, plausibility, record
 from records.digest import FRESH
 from records.errors import OneLineParser, fail, one_line, quoted
-from records.paths import REPO_ROOT, RESULTS_DIR, shown
+from records.paths import REPO_ROOT, RESULTS_DIR, STAGED_RESULTS_ENV, shown
 
 MEMBER = re.compile(r"docs/results/([A-Za-z0-9_][A-Za-z0-9_.\-]*)/([^/]+)\.json")  # fullmatch; class: devices.is_class
 MAX_ARCHIVE_BYTES = 64 * 2**20  # the compressed file on disk
@@ -88,14 +92,13 @@ def unpack(archive: Path, results_dir: Path = RESULTS_DIR, dry_run: bool = False
         refuse(f"{archive}: refused, nothing copied: {e}")
     except UNREADABLE as e:
         refuse(f"{archive}: not a readable tar archive (truncated or corrupt): {getattr(e, 'strerror', None) or e}")
-    accepted, refused = {}, []
-    for name, data in members:
-        try:
-            target, note = vet(data, name, results_dir, demos)
-        except Refused as e:
-            refused.append(one_line(f"{quoted(name)}: {e}"))
-            continue
-        accepted[target] = (data, note)
+    accepted, refused = vet_all(members, results_dir, demos)
+    if accepted:  # a record may read others (machine_laws reads kernel_fusion's): judge again as after the copy
+        with tempfile.TemporaryDirectory(prefix="gpu_unpack_") as stage, staged_results(Path(stage)):
+            for target, (data, _) in accepted.items():
+                (Path(stage) / target.parent.name).mkdir(exist_ok=True)
+                (Path(stage) / target.parent.name / target.name).write_bytes(data)
+            accepted, refused = vet_all(members, results_dir, demos)
     copied = []
     for target, (data, note) in accepted.items():
         if not dry_run:
@@ -105,6 +108,34 @@ def unpack(archive: Path, results_dir: Path = RESULTS_DIR, dry_run: bool = False
                 refuse(f"{shown(target)}: cannot be written ({e.strerror or e}); {len(copied)} copied before it")
         copied.append(one_line(f"{shown(target)}{note}"))
     return copied, refused
+
+
+def vet_all(members, results_dir: Path, demos: dict) -> tuple[dict, list[str]]:
+    """({target: (data, note)}, [refusal lines]): every member judged by vet."""
+    accepted, refused = {}, []
+    for name, data in members:
+        try:
+            target, note = vet(data, name, results_dir, demos)
+        except Refused as e:
+            refused.append(one_line(f"{quoted(name)}: {e}"))
+            continue
+        accepted[target] = (data, note)
+    return accepted, refused
+
+
+@contextlib.contextmanager
+def staged_results(folder: Path):
+    """Input records are read from `folder` first while inside (records/paths.py, the campaign's staging rule):
+    the archive's accepted records, so a record that reads another is judged against the copy it arrives with."""
+    before = os.environ.get(STAGED_RESULTS_ENV)
+    os.environ[STAGED_RESULTS_ENV] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STAGED_RESULTS_ENV, None)
+        else:
+            os.environ[STAGED_RESULTS_ENV] = before
 
 
 def usable_results_dir(results_dir: Path) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -136,6 +137,29 @@ def test_unpack_copies_fresh_over_anything_and_stale_over_stale_or_nothing(tmp_p
     assert code == 0 and target.read_bytes() == sent, out
     stale_note = "(stale: kernel_fusion's code changed since commit"
     assert out[0].startswith("copied ") and (stale_note in out[0]) == note
+
+
+def test_a_record_that_reads_another_is_judged_against_the_one_it_arrives_with(tmp_path, capsys, record_factory,
+                                                                               monkeypatch):
+    """machine_laws reads kernel_fusion's and layout_and_padding's records of its class: arriving with a new
+    kernel_fusion record, it is fresh after the copy, and gpu_unpack says so (it once judged it against the
+    records already on disk, and called a fresh record stale)."""
+    from records.paths import STAGED_RESULTS_ENV
+
+    fusion = json.dumps(_gpu(record_factory)).encode()  # no kernel_fusion/h100 record is on disk
+    stage = tmp_path / "stage"
+    (stage / "kernel_fusion").mkdir(parents=True)
+    (stage / "kernel_fusion" / "h100.json").write_bytes(fusion)
+    monkeypatch.setenv(STAGED_RESULTS_ENV, str(stage))
+    laws = _gpu(record_factory, source_digest=catalog.discover()["machine_laws"].digest("h100"))
+    monkeypatch.delenv(STAGED_RESULTS_ENV)
+    laws["demo"] = "machine_laws"
+    archive = _archive(tmp_path / "r.tar.gz", {FUSION: fusion,
+                                               "docs/results/machine_laws/h100.json": json.dumps(laws).encode()})
+    code, out, _ = _run(capsys, archive, tmp_path / "results")
+    assert code == 0 and len(out) == 3, out
+    assert any(line.startswith("copied ") and "machine_laws/h100.json" in line and "stale" not in line for line in out), out
+    assert STAGED_RESULTS_ENV not in os.environ  # the staging is undone
 
 
 # -- 3. bounds: a bomb is stopped, and nothing of its archive is copied --------------------------------------
