@@ -387,6 +387,8 @@ run.metric("low_load.p50_over_service_time", low / alone_s, "x",
            label=f"continuous batching, load {LOADS[0]}: p50 latency over one request's service time alone", origin="computed")
 run.metric("low_load.alone_share", float(had_server.mean()), "fraction", origin="computed",
            label=f"continuous batching, load {LOADS[0]}: share of requests that had the server to themselves")
+run.metric("sparse.alone_share", float(sparse_alone.mean()), "fraction", origin="computed",
+           label="continuous batching, one arrival per 20 service times: share of requests that had the server to themselves")
 run.metric("low_load.arrivals_x_service_time", LOADS[0] * peak_requests_per_s * service_s, "requests",
            label=f"load {LOADS[0]}: arrival rate x one request's service time alone", origin="computed")
 run.save()
