@@ -56,3 +56,14 @@ def test_without_a_gpu_record_only_the_cpu_tab_and_one_line_naming_what_is_pendi
     assert "not yet measured" not in out and "–" not in out and "Control:" not in out and "Value:" not in out
     note = [line for line in out.splitlines() if "mm-pending-note" in line]
     assert len(note) == 1 and "3 numbers of the kernel fusion demo" in note[0]  # one claim and two H100 values
+
+
+def test_a_number_from_a_stale_gpu_record_carries_its_date():
+    """A GPU record kept from before a code change (a GPU window is rare) still shows its numbers, each dated, so
+    a sentence quoting it does not read as current; a fresh record's numbers carry the device alone."""
+    records = {"h100": fixture(), "cpu": cpu()}
+    fresh = page(records)
+    stale = render.render_page(PAGE, "topics/x.md", load=lambda demo: records,
+                               digests={"kernel_fusion": "sha256:" + "1" * 64}).replace("\\-", "-")  # Markdown escapes
+    assert "(H100)</span>" in fresh and "(H100, 2026-11-23)" not in fresh
+    assert "(H100, 2026-11-23)</span>" in stale and "(H100)</span>" not in stale

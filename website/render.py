@@ -353,7 +353,7 @@ def origin_of(name: str, rec: Record, records: dict[str, Record]) -> str:
     return "measured"
 
 
-def metric_text(marker: Marker, records: dict[str, Record]) -> str:
+def metric_text(marker: Marker, records: dict[str, Record], current_digest: str | None = None) -> str:
     device = marker.device
     if device == "gpu":  # whichever GPU has it, the newest measurement first
         device = gpu_class_for(marker.metric.name, records)
@@ -363,6 +363,8 @@ def metric_text(marker: Marker, records: dict[str, Record]) -> str:
     # only a value measured in this run carries its device; a computed, datasheet or static-analysis one says so
     origin = origin_of(marker.metric.name, rec, records)
     label = catalog.device_label(device) if origin == "measured" else ORIGIN_LABELS[origin]
+    if origin == "measured" and devices.is_gpu_class(device) and record_state(rec, current_digest) == digests.STALE:
+        label += f", {rec.provenance.utc[:10]}"  # a GPU record kept from before a code change: dated, not current
     try:
         value, unit = metric_value(rec, marker.metric)
     except MissingMetric:
@@ -461,7 +463,7 @@ def render_page(markdown: str, page_src_uri: str, load=catalog.load_records, dig
             url = code_url(demos[marker.demo], page_dir) if marker.demo in demos else ""
             return "\n\n" + results_block(marker.demo, records, digest, page_dir, url, url_dir) + "\n\n"
         if marker.kind == "metric":
-            return metric_text(marker, records)
+            return metric_text(marker, records, digests[marker.demo] if digests is not None else None)
         if marker.kind == "artifact":
             return artifact_block(marker, records)
         return claim_text(marker, records)
