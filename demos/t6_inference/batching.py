@@ -147,7 +147,6 @@ run.metric("decode.throughput_gain_bmax", b_max * decode_s[1] / decode_s[b_max],
            label=f"decode tokens/s at batch {b_max} over batch 1")
 
 
-
 # %% [markdown]
 # ## The simulator
 #
@@ -241,6 +240,15 @@ def simulate_continuous(arrivals, lengths) -> Server:
 # its decode steps at batch 1, for the mean output length): a tenth, a half and twice that.
 
 # %%
+def poisson_arrivals(rate: float, n: int, rng: random.Random) -> list[float]:
+    """n arrival times of a Poisson stream of the given rate: exponential gaps, summed."""
+    t, arrivals = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+    return arrivals
+
+
 mean_out = (out_min + out_max) / 2
 peak_requests_per_s = b_max / decode_fit[b_max] / mean_out
 service_s = prefill_fit[1] + (mean_out - 1) * decode_fit[1]
@@ -254,11 +262,7 @@ for f in TIMEOUT_FRACTIONS:
 results = {}  # (policy, load) -> dict of statistics
 little_errors = []
 for load in LOADS:
-    rate = load * peak_requests_per_s
-    t, arrivals = 0.0, []
-    for _ in range(n_requests):
-        t += rng.expovariate(rate)
-        arrivals.append(t)
+    arrivals = poisson_arrivals(load * peak_requests_per_s, n_requests, rng)
     if load == 0.5:  # dynamic batching with no timeout takes whatever waits: it must be static batching
         zero, static = simulate_dynamic(arrivals, lengths, 0.0), simulate_static(arrivals, lengths)
         run.check("dynamic_timeout0_is_static", zero.done == static.done and zero.first_token == static.first_token,
@@ -310,8 +314,8 @@ def alone_and_ratio(arrivals, done):
 
 
 had_server, latency_over_lone = alone_and_ratio(low_arrivals, low_run.done)  # the lowest load
-sparse_arrivals = np.cumsum(np.random.default_rng(run.options.seed + 2).exponential(20 * service_s, n_requests))
-sparse_alone, sparse_ratio = alone_and_ratio(sparse_arrivals, simulate_continuous(list(sparse_arrivals), lengths).done)
+sparse_arrivals = poisson_arrivals(1 / (20 * service_s), n_requests, random.Random(run.options.seed + 2))
+sparse_alone, sparse_ratio = alone_and_ratio(sparse_arrivals, simulate_continuous(sparse_arrivals, lengths).done)
 for name, ratio in (("low_load", latency_over_lone), ("sparse", sparse_ratio)):
     run.check(f"{name}.never_faster_than_alone", float(ratio.min()) >= 1 - 1e-9,
               f"smallest latency over the request's service time alone {ratio.min():.12f} (allowed >= 1 - 1e-9)")
